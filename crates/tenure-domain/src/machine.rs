@@ -1,0 +1,381 @@
+//! The lease state machine: every lease decision, as pure functions.
+//!
+//! A backend serializes the calls on one lease (a mutex, an advisory lock), reads the current
+//! record and the lease's contenders, reads `now` from **its own** clock, calls
+//! [`decide_request`] or [`decide_release`], and writes back what the outcome says. It decides
+//! nothing itself.
+
+use crate::lease::{Contender, FencingToken, Lease, LeaseResponse, LeaseStatus, ValidLeaseRequest};
+use crate::time::Timestamp;
+use crate::validation::{LeaseName, Owner};
+
+/// How a request changed the lease record.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Transition {
+    /// There was no record: it was created with token 1 (rule 2).
+    Created,
+    /// The caller held the live lease: heartbeat, ttl and priority were updated (rule 3).
+    Renewed,
+    /// The caller was the last holder of an expired or released lease and acquired it again,
+    /// with a new token (rule 3, second half).
+    Reacquired,
+    /// Another owner's lease had expired: the caller took it over with a new token (rule 5).
+    TakenOver,
+    /// Another owner holds the live lease: the record was not touched (rule 4).
+    Standby,
+}
+
+impl Transition {
+    /// Whether the caller now holds the lease.
+    pub fn holds_lease(self) -> bool {
+        !matches!(self, Transition::Standby)
+    }
+
+    /// Whether this began a new tenure with a new token.
+    pub fn is_acquisition(self) -> bool {
+        matches!(
+            self,
+            Transition::Created | Transition::Reacquired | Transition::TakenOver
+        )
+    }
+
+    /// What the backend must write to the lease record.
+    pub fn record_write(self) -> RecordWrite {
+        match self {
+            Transition::Created => RecordWrite::Insert,
+            Transition::Renewed | Transition::Reacquired | Transition::TakenOver => {
+                RecordWrite::Update
+            }
+            Transition::Standby => RecordWrite::None,
+        }
+    }
+}
+
+/// What a backend must do to the stored lease record.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum RecordWrite {
+    /// Nothing.
+    None,
+    /// Insert the new record (there was none).
+    Insert,
+    /// Replace the existing record with the new one.
+    Update,
+}
+
+/// The decision on one [`ValidLeaseRequest`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RequestOutcome {
+    /// What happened to the record.
+    pub transition: Transition,
+    /// The answer for the caller; `response.lease` is the record after the call.
+    pub response: LeaseResponse,
+    /// The caller's registration, to insert or replace.
+    pub contender: Contender,
+    /// Contenders of this lease that are no longer live, to delete (rule 7).
+    pub pruned: Vec<Owner>,
+}
+
+impl RequestOutcome {
+    /// The record after the call (the same as `response.lease`).
+    pub fn record(&self) -> &Lease {
+        &self.response.lease
+    }
+}
+
+/// The decision on one release.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ReleaseOutcome {
+    /// The updated record, when the caller held the lease and its heartbeat had to be
+    /// backdated; `None` when the record must not be touched.
+    pub updated: Option<Lease>,
+    /// The registration to withdraw (always the caller's own, whether or not it held the lease).
+    pub withdrawn: Owner,
+}
+
+/// A decision that cannot be made.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The lease's token is [`FencingToken::MAX`]; no new tenure can be given a larger one.
+    #[error("fencing tokens of lease {0:?} are exhausted")]
+    TokensExhausted(LeaseName),
+    /// The backend passed a record or contenders of another lease.
+    #[error("the backend passed state of lease {found:?} to a decision on {expected:?}")]
+    WrongLease {
+        /// The lease the request is for.
+        expected: LeaseName,
+        /// The lease of the state the backend passed.
+        found: LeaseName,
+    },
+}
+
+/// Decides a lease request (rules 1 to 7 of the contract).
+///
+/// * `current`: the lease's record, if there is one;
+/// * `contenders`: every stored registration for this lease, live or not (the caller's own
+///   included, if any);
+/// * `now`: the storage's clock, read while the lease is serialized.
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure_domain::{decide_request, LeaseRequest, LeaseStatus, Timestamp, Transition};
+/// let request = LeaseRequest::new("jobs", "a", 0, Duration::from_secs(10)).validate().unwrap();
+/// let now = Timestamp::from_micros(1_000_000);
+/// let outcome = decide_request(None, &[], &request, now).unwrap();
+/// assert_eq!(outcome.transition, Transition::Created);
+/// assert_eq!(outcome.response.status, LeaseStatus::Leader);
+/// assert_eq!(outcome.response.fencing_token.get(), 1);
+/// ```
+pub fn decide_request(
+    current: Option<&Lease>,
+    contenders: &[Contender],
+    request: &ValidLeaseRequest,
+    now: Timestamp,
+) -> Result<RequestOutcome, DecisionError> {
+    check_lease(&request.lease_name, current.map(|l| &l.lease_name))?;
+    for c in contenders {
+        check_lease(&request.lease_name, Some(&c.lease_name))?;
+    }
+
+    // Rule 1: register the contender.
+    let contender = Contender {
+        lease_name: request.lease_name.clone(),
+        owner: request.owner.clone(),
+        priority: request.priority,
+        last_seen: now,
+        ttl: request.ttl,
+    };
+
+    let fresh_tenure = |token: FencingToken| Lease {
+        lease_name: request.lease_name.clone(),
+        owner: request.owner.clone(),
+        priority: request.priority,
+        fencing_token: token,
+        acquired_at: now,
+        heartbeat_at: now,
+        ttl: request.ttl,
+    };
+    let next_token = |lease: &Lease| {
+        lease
+            .fencing_token
+            .next()
+            .ok_or_else(|| DecisionError::TokensExhausted(lease.lease_name.clone()))
+    };
+
+    let (transition, record) = match current {
+        // Rule 2.
+        None => (Transition::Created, fresh_tenure(FencingToken::FIRST)),
+        Some(lease) => match (lease.owner == request.owner, lease.is_live_at(now)) {
+            // Rule 3, renewal.
+            (true, true) => (
+                Transition::Renewed,
+                Lease {
+                    heartbeat_at: now,
+                    ttl: request.ttl,
+                    priority: request.priority,
+                    ..lease.clone()
+                },
+            ),
+            // Rule 3, the same owner after expiry or release: a new tenure.
+            (true, false) => (Transition::Reacquired, fresh_tenure(next_token(lease)?)),
+            // Rule 4.
+            (false, true) => (Transition::Standby, lease.clone()),
+            // Rule 5.
+            (false, false) => (Transition::TakenOver, fresh_tenure(next_token(lease)?)),
+        },
+    };
+
+    // Rule 6: only a holder is asked to step down, and only by a live, strictly higher
+    // priority contender other than itself. The caller's own registration is the new one.
+    let status = if transition.holds_lease() {
+        let outranked = contenders
+            .iter()
+            .filter(|c| c.owner != record.owner)
+            .any(|c| c.is_live_at(now) && c.priority > record.priority);
+        if outranked {
+            LeaseStatus::LeaderStepDownRequested
+        } else {
+            LeaseStatus::Leader
+        }
+    } else {
+        LeaseStatus::Standby
+    };
+
+    // Rule 7: whoever is no longer live is pruned (the caller is registered anew).
+    let pruned = contenders
+        .iter()
+        .filter(|c| c.owner != request.owner && !c.is_live_at(now))
+        .map(|c| c.owner.clone())
+        .collect();
+
+    Ok(RequestOutcome {
+        transition,
+        response: LeaseResponse {
+            status,
+            fencing_token: record.fencing_token,
+            lease: record,
+        },
+        contender,
+        pruned,
+    })
+}
+
+/// Decides a release of `lease_name` by `owner` at storage time `now`.
+///
+/// If `owner` holds the record, its heartbeat is backdated so that the lease is expired at
+/// `now` (`heartbeat_at = min(heartbeat_at, now - ttl)`); owner and token stay. A record held
+/// by another owner is never touched. The caller's registration is withdrawn either way.
+pub fn decide_release(
+    current: Option<&Lease>,
+    lease_name: &LeaseName,
+    owner: &Owner,
+    now: Timestamp,
+) -> Result<ReleaseOutcome, DecisionError> {
+    check_lease(lease_name, current.map(|l| &l.lease_name))?;
+    let updated = current.and_then(|lease| {
+        let backdated = now.saturating_sub(lease.ttl);
+        (lease.owner == *owner && backdated < lease.heartbeat_at).then(|| Lease {
+            heartbeat_at: backdated,
+            ..lease.clone()
+        })
+    });
+    Ok(ReleaseOutcome {
+        updated,
+        withdrawn: owner.clone(),
+    })
+}
+
+fn check_lease(expected: &LeaseName, found: Option<&LeaseName>) -> Result<(), DecisionError> {
+    match found {
+        Some(found) if found != expected => Err(DecisionError::WrongLease {
+            expected: expected.clone(),
+            found: found.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LeaseRequest;
+    use std::time::Duration;
+
+    fn req(owner: &str, priority: i64, ttl_ms: u64) -> ValidLeaseRequest {
+        LeaseRequest::new("l", owner, priority, Duration::from_millis(ttl_ms))
+            .validate()
+            .unwrap()
+    }
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_micros(ms * 1000)
+    }
+
+    #[test]
+    fn walk_through_the_rules() {
+        let a = req("a", 0, 100);
+        let b = req("b", 5, 100);
+
+        let first = decide_request(None, &[], &a, at(0)).unwrap();
+        assert_eq!(first.transition, Transition::Created);
+        assert_eq!(first.response.fencing_token, FencingToken::FIRST);
+        assert_eq!(first.transition.record_write(), RecordWrite::Insert);
+        let mut contenders = vec![first.contender.clone()];
+        let lease = first.response.lease;
+
+        // b stands by with a's token; a is now asked to step down.
+        let standby = decide_request(Some(&lease), &contenders, &b, at(10)).unwrap();
+        assert_eq!(standby.response.status, LeaseStatus::Standby);
+        assert_eq!(standby.response.fencing_token.get(), 1);
+        assert_eq!(standby.response.lease, lease);
+        contenders.push(standby.contender);
+
+        let renewed = decide_request(Some(&lease), &contenders, &a, at(50)).unwrap();
+        assert_eq!(renewed.transition, Transition::Renewed);
+        assert_eq!(
+            renewed.response.status,
+            LeaseStatus::LeaderStepDownRequested
+        );
+        assert_eq!(renewed.response.lease.heartbeat_at, at(50));
+        assert_eq!(renewed.response.lease.acquired_at, at(0));
+        let lease = renewed.response.lease;
+
+        // b's registration lapses at 110: a is a plain leader again and b is pruned.
+        contenders[0] = renewed.contender;
+        let alone = decide_request(Some(&lease), &contenders, &a, at(120)).unwrap();
+        assert_eq!(alone.response.status, LeaseStatus::Leader);
+        assert_eq!(alone.pruned, vec![Owner::new("b").unwrap()]);
+
+        // a releases; it comes back with a new token.
+        let released = decide_release(
+            Some(&alone.response.lease),
+            &alone.response.lease.lease_name,
+            &Owner::new("a").unwrap(),
+            at(130),
+        )
+        .unwrap();
+        let lease = released.updated.unwrap();
+        assert!(lease.is_expired_at(at(130)));
+        assert_eq!(lease.fencing_token.get(), 1);
+        let back = decide_request(Some(&lease), &[], &a, at(130)).unwrap();
+        assert_eq!(back.transition, Transition::Reacquired);
+        assert_eq!(back.response.fencing_token.get(), 2);
+
+        // b takes over after expiry.
+        let over = decide_request(Some(&back.response.lease), &[], &b, at(230)).unwrap();
+        assert_eq!(over.transition, Transition::TakenOver);
+        assert_eq!(over.response.fencing_token.get(), 3);
+        assert_eq!(over.response.lease.owner, "b");
+    }
+
+    #[test]
+    fn release_by_another_owner_touches_nothing() {
+        let a = req("a", 0, 100);
+        let lease = decide_request(None, &[], &a, at(0)).unwrap().response.lease;
+        let out = decide_release(
+            Some(&lease),
+            &lease.lease_name,
+            &Owner::new("b").unwrap(),
+            at(1),
+        )
+        .unwrap();
+        assert_eq!(out.updated, None);
+        assert_eq!(out.withdrawn, "b");
+        // Releasing an already expired lease changes nothing either.
+        let out = decide_release(
+            Some(&lease),
+            &lease.lease_name,
+            &Owner::new("a").unwrap(),
+            at(500),
+        )
+        .unwrap();
+        assert_eq!(out.updated, None);
+    }
+
+    #[test]
+    fn exhausted_tokens_are_an_error_not_a_wrap() {
+        let a = req("a", 0, 100);
+        let mut lease = decide_request(None, &[], &a, at(0)).unwrap().response.lease;
+        lease.fencing_token = FencingToken::MAX;
+        let err = decide_request(Some(&lease), &[], &a, at(1000)).unwrap_err();
+        assert!(matches!(err, DecisionError::TokensExhausted(_)));
+        // A renewal needs no new token.
+        assert!(decide_request(Some(&lease), &[], &a, at(50)).is_ok());
+    }
+
+    #[test]
+    fn state_of_another_lease_is_refused() {
+        let a = req("a", 0, 100);
+        let other = LeaseRequest::new("other", "a", 0, Duration::from_millis(100))
+            .validate()
+            .unwrap();
+        let lease = decide_request(None, &[], &other, at(0))
+            .unwrap()
+            .response
+            .lease;
+        assert!(matches!(
+            decide_request(Some(&lease), &[], &a, at(1)),
+            Err(DecisionError::WrongLease { .. })
+        ));
+    }
+}
