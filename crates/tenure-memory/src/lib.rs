@@ -206,3 +206,8 @@ impl EventStorage for MemoryEventStorage {
         Ok(())
     }
 }
+
+/// The README's examples, compiled and run as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

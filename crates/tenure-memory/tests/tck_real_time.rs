@@ -4,4 +4,6 @@
 use tenure_memory::MemoryEventStorage;
 use tenure_tck::Subject;
 
-tenure_tck::tck_suite!(|| async { Subject::new(MemoryEventStorage::new()) });
+tenure_tck::tck_suite!(|| async {
+    Subject::new(MemoryEventStorage::new()).with_suite_name("memory-real-time")
+});

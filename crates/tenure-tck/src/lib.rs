@@ -126,7 +126,10 @@ where
     };
     runtime.block_on(async move {
         let subject = factory().await;
-        let backend = subject.storage.name().to_owned();
+        let backend = subject
+            .suite
+            .clone()
+            .unwrap_or_else(|| subject.storage.name().to_owned());
         let teardown = subject
             .teardown
             .lock()

@@ -34,6 +34,7 @@ pub struct Subject {
     pub(crate) clock: Option<Arc<dyn AdvanceClock>>,
     pub(crate) timing: Timing,
     pub(crate) teardown: std::sync::Mutex<Option<Teardown>>,
+    pub(crate) suite: Option<String>,
 }
 
 impl fmt::Debug for Subject {
@@ -59,6 +60,7 @@ impl Subject {
             clock: None,
             timing: Timing::REAL_TIME,
             teardown: std::sync::Mutex::new(None),
+            suite: None,
         }
     }
 
@@ -82,6 +84,15 @@ impl Subject {
     #[must_use]
     pub fn with_teardown(mut self, teardown: impl Future<Output = ()> + Send + 'static) -> Self {
         self.teardown = std::sync::Mutex::new(Some(Box::pin(teardown)));
+        self
+    }
+
+    /// Names the suite in the kit's output lines (`tck: passed <suite>::<scenario>`); the
+    /// storage's [`name`](tenure_ports::EventStorage::name) by default. Use it to tell apart two
+    /// suites over one backend, e.g. on a manual clock and in real time.
+    #[must_use]
+    pub fn with_suite_name(mut self, suite: impl Into<String>) -> Self {
+        self.suite = Some(suite.into());
         self
     }
 
