@@ -276,7 +276,7 @@ impl Totals {
             let Some(rest) = line.strip_prefix("test result: ") else {
                 continue;
             };
-            for part in rest.split(|c| c == ';' || c == '.') {
+            for part in rest.split([';', '.']) {
                 let mut words = part.split_whitespace();
                 if let (Some(n), Some(what)) = (words.next(), words.next()) {
                     let Ok(n) = n.parse::<u64>() else { continue };

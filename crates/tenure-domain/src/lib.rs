@@ -44,6 +44,6 @@ pub use machine::{
 };
 pub use time::Timestamp;
 pub use validation::{
-    Field, LeaseName, MAX_NAME_BYTES, MAX_TTL, MIN_TTL, Owner, Reason, ValidationError,
+    Field, LeaseName, MAX_NAME_BYTES, MAX_TTL, MIN_TTL, Owner, Reason, ValidationError, check_name,
     validate_ttl,
 };

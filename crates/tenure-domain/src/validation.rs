@@ -13,6 +13,22 @@ pub enum Field {
     Owner,
     /// `LeaseRequest::ttl`.
     Ttl,
+    /// The stream of an event.
+    Stream,
+    /// The type of an event.
+    EventType,
+    /// A tag of an event or of a query.
+    Tag,
+    /// The idempotency key of an append.
+    IdempotencyKey,
+    /// The events of an append.
+    Events,
+    /// The reader of a bookmark.
+    Reader,
+    /// A position in the event log.
+    Position,
+    /// The most events a read may return.
+    Limit,
 }
 
 impl Field {
@@ -22,6 +38,14 @@ impl Field {
             Field::LeaseName => "lease_name",
             Field::Owner => "owner",
             Field::Ttl => "ttl",
+            Field::Stream => "stream",
+            Field::EventType => "event_type",
+            Field::Tag => "tag",
+            Field::IdempotencyKey => "idempotency_key",
+            Field::Events => "events",
+            Field::Reader => "reader",
+            Field::Position => "position",
+            Field::Limit => "limit",
         }
     }
 }
@@ -60,6 +84,20 @@ pub enum Reason {
         /// The longest duration allowed.
         max: Duration,
     },
+    /// There are more items than allowed.
+    TooMany {
+        /// How many there are.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A number must be at least 1.
+    Zero,
+    /// No stored event has this position.
+    NoSuchEvent {
+        /// The position asked for.
+        position: u64,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -74,6 +112,11 @@ impl fmt::Display for Reason {
             }
             Reason::TooShort { min } => write!(f, "must be at least {min:?}"),
             Reason::TooLarge { max } => write!(f, "must be at most {max:?}"),
+            Reason::TooMany { count, max } => write!(f, "has {count} items, the maximum is {max}"),
+            Reason::Zero => f.write_str("must be at least 1"),
+            Reason::NoSuchEvent { position } => {
+                write!(f, "no stored event has position {position}")
+            }
         }
     }
 }
@@ -111,7 +154,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// The longest ttl a lease may be requested with: 7 days.
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-fn check_name(field: Field, value: &str) -> Result<(), ValidationError> {
+/// Checks a name-like input (a lease name, an owner, a stream, a tag, …): 1 to
+/// [`MAX_NAME_BYTES`] bytes of UTF-8 with no control characters (NUL included).
+pub fn check_name(field: Field, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::new(field, Reason::Empty));
     }

@@ -1,6 +1,6 @@
 //! The embedded in-memory backend of Tenure.
 //!
-//! [`MemoryEventStorage`] keeps leases in the process's memory. Clones share one state, so
+//! [`MemoryEventStorage`] keeps leases, the event log and bookmarks in the process's memory. Clones share one state, so
 //! every task and thread holding a clone contends for real: a test, a demo, or several
 //! components of one process can elect a leader without a database. Its clock is the storage
 //! clock: the system clock by default, or a [`ManualClock`] injected with
@@ -29,16 +29,20 @@
 
 #![deny(missing_docs)]
 
+mod log;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tenure_ports::domain::{self, RecordWrite};
 use tenure_ports::{
-    Capabilities, Capability, Clock, Contender, EventStorage, EventStorageError, Lease, LeaseName,
-    LeaseRequest, LeaseResponse, LeaseSnapshot, Owner, SystemClock, async_trait, sort_contenders,
+    AppendRequest, Bookmark, Capabilities, Capability, Clock, Contender, EventPosition, EventQuery,
+    EventStorage, EventStorageError, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot,
+    Owner, ReadOptions, StoredEvent, SystemClock, async_trait, sort_contenders,
 };
 
+pub use log::{Change, EventLog, Journal};
 pub use tenure_ports::ManualClock;
 
 /// An in-memory storage. Clones share one state and one clock.
@@ -52,6 +56,24 @@ struct Shared {
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
     leases: Mutex<BTreeMap<LeaseName, LeaseEntry>>,
+    /// The log has a lock of its own: appends and reads never wait on a lease call.
+    log: Mutex<LogState>,
+}
+
+#[derive(Debug)]
+struct LogState {
+    log: EventLog,
+    journal: Option<Box<dyn Journal>>,
+}
+
+impl LogState {
+    fn parts(&mut self) -> (&mut EventLog, Option<&mut dyn Journal>) {
+        let journal: Option<&mut dyn Journal> = match &mut self.journal {
+            Some(journal) => Some(journal.as_mut()),
+            None => None,
+        };
+        (&mut self.log, journal)
+    }
 }
 
 /// One lease's record and its contenders, kept together so that one lock covers a decision.
@@ -69,11 +91,24 @@ impl MemoryEventStorage {
 
     /// An empty storage on `clock`, e.g. a [`ManualClock`] in tests.
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryEventStorage::from_parts(clock, EventLog::new(), None)
+    }
+
+    /// A storage whose event log starts as `log` and whose every change to the log is first
+    /// recorded by `journal`: the building block of a persistent embedded backend, which
+    /// replays its journal into an [`EventLog`] and hands both over. Leases are never
+    /// journaled: a lease held by a process that no longer runs must expire, not be revived.
+    pub fn with_journal(clock: Arc<dyn Clock>, log: EventLog, journal: Box<dyn Journal>) -> Self {
+        MemoryEventStorage::from_parts(clock, log, Some(journal))
+    }
+
+    fn from_parts(clock: Arc<dyn Clock>, log: EventLog, journal: Option<Box<dyn Journal>>) -> Self {
         MemoryEventStorage {
             shared: Arc::new(Shared {
                 clock,
                 closed: AtomicBool::new(false),
                 leases: Mutex::new(BTreeMap::new()),
+                log: Mutex::new(LogState { log, journal }),
             }),
         }
     }
@@ -91,6 +126,18 @@ impl MemoryEventStorage {
             .values()
             .map(|entry| entry.contenders.len())
             .sum())
+    }
+
+    /// Locks the event log, the same way as [`Self::lock`].
+    fn lock_log(&self) -> Result<MutexGuard<'_, LogState>, EventStorageError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(EventStorageError::Closed);
+        }
+        Ok(self
+            .shared
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Locks the state. No lock is ever held across an `.await`: every method locks, decides
@@ -122,7 +169,7 @@ impl EventStorage for MemoryEventStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::from([Capability::Lease])
+        Capabilities::from([Capability::Lease, Capability::Events, Capability::Bookmarks])
     }
 
     async fn request_lease(
@@ -199,6 +246,47 @@ impl EventStorage for MemoryEventStorage {
             .unwrap_or_default();
         sort_contenders(&mut live);
         Ok(live)
+    }
+
+    async fn append(&self, request: &AppendRequest) -> Result<Vec<StoredEvent>, EventStorageError> {
+        let mut state = self.lock_log()?;
+        let now = self.shared.clock.now();
+        let (log, journal) = state.parts();
+        log.append(request, now, journal)
+    }
+
+    async fn read_events(
+        &self,
+        query: &EventQuery,
+        options: ReadOptions,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.lock_log()?.log.read(query, options)
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+    ) -> Result<Bookmark, EventStorageError> {
+        let mut state = self.lock_log()?;
+        let now = self.shared.clock.now();
+        let (log, journal) = state.parts();
+        log.bookmark(reader, position, tags, now, journal)
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {
+        self.lock_log()?.log.get_bookmark(reader)
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> Result<(), EventStorageError> {
+        let mut state = self.lock_log()?;
+        let (log, journal) = state.parts();
+        log.remove_bookmark(reader, journal)
+    }
+
+    async fn get_bookmarks(&self) -> Result<Vec<Bookmark>, EventStorageError> {
+        Ok(self.lock_log()?.log.bookmarks())
     }
 
     async fn close(&self) -> Result<(), EventStorageError> {

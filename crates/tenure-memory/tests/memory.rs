@@ -1,4 +1,5 @@
 //! Behaviour of the in-memory backend beyond the conformance kit.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,4 +89,98 @@ fn os_threads_contend_for_real() {
     // Exactly one thread won, and it kept winning.
     assert_eq!(wins.iter().filter(|&&w| w > 0).count(), 1, "{wins:?}");
     assert_eq!(wins.iter().sum::<usize>(), 100);
+}
+
+mod journal {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Mutex;
+    use tenure_memory::{Change, EventLog, Journal};
+    use tenure_ports::{AppendRequest, EventQuery, EventStorageError, NewEvent, ReadOptions};
+
+    /// Records what it is asked to, or fails when told to.
+    #[derive(Debug, Clone, Default)]
+    struct Recorder {
+        changes: Arc<Mutex<Vec<String>>>,
+        fail: Arc<Mutex<bool>>,
+    }
+
+    impl Journal for Recorder {
+        fn record(&mut self, change: Change<'_>) -> Result<(), EventStorageError> {
+            if *self.fail.lock().unwrap() {
+                return Err(EventStorageError::io("disk full"));
+            }
+            let line = match change {
+                Change::Appended { events, .. } => format!("appended {}", events.len()),
+                Change::BookmarkPlaced(b) => format!("bookmark {} at {}", b.reader, b.position),
+                Change::BookmarkRemoved(r) => format!("removed {r}"),
+            };
+            self.changes.lock().unwrap().push(line);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn every_change_is_journaled_first_and_a_failed_journal_applies_nothing() {
+        let recorder = Recorder::default();
+        let storage = MemoryEventStorage::with_journal(
+            Arc::new(ManualClock::new()),
+            EventLog::new(),
+            Box::new(recorder.clone()),
+        );
+        let event = || NewEvent::new("s", "T", json!({}));
+        let stored = storage
+            .append(&AppendRequest::new(vec![event(), event()]))
+            .await
+            .unwrap();
+        storage
+            .bookmark("r", stored[1].position, &[])
+            .await
+            .unwrap();
+        storage.remove_bookmark("r").await.unwrap();
+        storage.remove_bookmark("r").await.unwrap(); // nothing to remove: nothing journaled
+        assert_eq!(
+            *recorder.changes.lock().unwrap(),
+            vec!["appended 2", "bookmark r at 2", "removed r"]
+        );
+
+        *recorder.fail.lock().unwrap() = true;
+        let err = storage
+            .append(&AppendRequest::new(vec![event()]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EventStorageError::Io { .. }), "{err:?}");
+        assert!(
+            storage
+                .bookmark("r", stored[0].position, &[])
+                .await
+                .is_err()
+        );
+        let all = storage
+            .read_events(&EventQuery::all(), ReadOptions::forwards())
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(storage.get_bookmark("r").await.unwrap().is_none());
+    }
+
+    #[test]
+    fn replay_rejects_changes_that_cannot_follow() {
+        let mut log = EventLog::new();
+        let stored = log
+            .append(
+                &AppendRequest::new(vec![NewEvent::new("s", "T", json!(1))]),
+                tenure_ports::Timestamp::UNIX_EPOCH,
+                None,
+            )
+            .unwrap();
+        let err = log
+            .apply(Change::Appended {
+                events: &stored,
+                idempotency_key: None,
+            })
+            .unwrap_err();
+        assert!(matches!(err, EventStorageError::Corrupt { .. }), "{err:?}");
+        assert_eq!(log.len(), 1);
+    }
 }

@@ -73,6 +73,14 @@ pub enum EventStorageError {
         source: Option<BoxError>,
     },
 
+    /// An append's condition failed: an event matching its query is stored after the position
+    /// the condition named. Nothing was appended.
+    #[error("append condition failed: event {conflicting} matches the condition's query")]
+    AppendConflict {
+        /// The position of the first (oldest) conflicting event.
+        conflicting: crate::EventPosition,
+    },
+
     /// The storage (or a clone of it) was closed.
     #[error("the storage is closed")]
     Closed,

@@ -29,11 +29,17 @@
 mod capability;
 mod clock;
 mod error;
+mod events;
 
 pub use async_trait::async_trait;
 pub use capability::{Capabilities, Capability};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, EventStorageError};
+pub use events::{
+    AppendCondition, AppendRequest, Bookmark, Direction, EventId, EventPosition, EventQuery,
+    MAX_APPEND_EVENTS, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions, StoredEvent,
+    normalize_tags, validate_bookmark, validate_reader,
+};
 
 /// The lease rules, re-exported so that a backend needs only this crate.
 pub use tenure_domain as domain;
@@ -117,11 +123,123 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::Unsupported(Capability::Lease))
     }
 
+    /// Appends a batch of events atomically and returns them as stored, with consecutive
+    /// positions in the order given. With a condition, fails with
+    /// [`EventStorageError::AppendConflict`] (storing nothing) if the condition's query matches
+    /// an event after its position. With an idempotency key already stored, returns the events
+    /// stored under it the first time and stores nothing.
+    async fn append(&self, request: &AppendRequest) -> Result<Vec<StoredEvent>, EventStorageError> {
+        let _ = request;
+        Err(EventStorageError::Unsupported(Capability::Events))
+    }
+
+    /// Reads at most `options.limit` events matching `query`, from `options.start` (exclusive)
+    /// in `options.direction`. A reader never sees a position beyond an event that is not yet
+    /// visible, so reading on from the last position returned never skips an event. For a log
+    /// larger than one batch, use [`EventCursor`].
+    async fn read_events(
+        &self,
+        query: &EventQuery,
+        options: ReadOptions,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        let _ = (query, options);
+        Err(EventStorageError::Unsupported(Capability::Events))
+    }
+
+    /// Places `reader`'s bookmark at `position`, which must be the position of a stored event
+    /// (else [`EventStorageError::InvalidRequest`] naming `position`). Returns it as stored.
+    async fn bookmark(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+    ) -> Result<Bookmark, EventStorageError> {
+        let _ = (reader, position, tags);
+        Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
+    /// `reader`'s bookmark, if it has one.
+    async fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {
+        let _ = reader;
+        Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
+    /// Removes `reader`'s bookmark. Removing one that does not exist is not an error.
+    async fn remove_bookmark(&self, reader: &str) -> Result<(), EventStorageError> {
+        let _ = reader;
+        Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
+    /// Every bookmark, ordered by reader.
+    async fn get_bookmarks(&self) -> Result<Vec<Bookmark>, EventStorageError> {
+        Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
     /// Releases the storage's resources. Every later call, on this value or on any clone of
     /// it, fails with [`EventStorageError::Closed`]. Closing twice is harmless. Leases held
     /// through the storage are not released by closing it: they expire.
     async fn close(&self) -> Result<(), EventStorageError> {
         Ok(())
+    }
+}
+
+/// Reads a query's events batch by batch, so that a large log never has to fit in memory.
+///
+/// ```
+/// # async fn example(storage: &dyn tenure_ports::EventStorage) -> Result<(), tenure_ports::EventStorageError> {
+/// use tenure_ports::{EventCursor, EventQuery, ReadOptions};
+/// let mut cursor = EventCursor::new(storage, EventQuery::all(), ReadOptions::forwards());
+/// while let Some(batch) = cursor.next_batch().await? {
+///     for event in batch {
+///         println!("{} {}", event.position, event.event_type);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct EventCursor<'a> {
+    storage: &'a dyn EventStorage,
+    query: EventQuery,
+    options: ReadOptions,
+    done: bool,
+}
+
+impl<'a> EventCursor<'a> {
+    /// A cursor over `query`'s events, starting at `options.start`, `options.limit` at a time.
+    pub fn new(storage: &'a dyn EventStorage, query: EventQuery, options: ReadOptions) -> Self {
+        EventCursor {
+            storage,
+            query,
+            options,
+            done: false,
+        }
+    }
+
+    /// The next batch, or `None` once the log is exhausted. After an error the cursor can be
+    /// asked again: it resumes after the last batch it returned.
+    pub async fn next_batch(&mut self) -> Result<Option<Vec<StoredEvent>>, EventStorageError> {
+        if self.done {
+            return Ok(None);
+        }
+        let batch = self.storage.read_events(&self.query, self.options).await?;
+        match batch.last() {
+            None => {
+                self.done = true;
+                Ok(None)
+            }
+            Some(last) => {
+                self.options.start = Some(last.position);
+                if batch.len() < self.options.limit {
+                    self.done = true;
+                }
+                Ok(Some(batch))
+            }
+        }
+    }
+
+    /// The position the next batch starts after.
+    pub fn position(&self) -> Option<EventPosition> {
+        self.options.start
     }
 }
 

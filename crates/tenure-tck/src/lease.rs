@@ -19,7 +19,7 @@ macro_rules! lease_scenarios {
         pub(crate) static SCENARIOS: &[Scenario] = &[
             $(Scenario {
                 name: concat!("lease_", stringify!($name)),
-                capability: Capability::Lease,
+                needs: &[Capability::Lease],
                 run: {
                     fn run(subject: &Subject) -> ScenarioFuture<'_> {
                         Box::pin($name(subject))

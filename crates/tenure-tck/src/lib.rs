@@ -53,6 +53,7 @@
 #![deny(missing_docs)]
 
 mod check;
+mod events;
 mod lease;
 mod subject;
 
@@ -72,8 +73,8 @@ pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> +
 pub struct Scenario {
     /// Its name, which is also the name of its `#[test]`.
     pub name: &'static str,
-    /// The capability it needs; without it, it is skipped.
-    pub capability: Capability,
+    /// The capabilities it needs; without any one of them, it is skipped.
+    pub needs: &'static [Capability],
     /// Runs it against a subject.
     pub run: for<'a> fn(&'a Subject) -> ScenarioFuture<'a>,
 }
@@ -82,14 +83,14 @@ impl std::fmt::Debug for Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scenario")
             .field("name", &self.name)
-            .field("capability", &self.capability)
+            .field("needs", &self.needs)
             .finish()
     }
 }
 
 /// Every scenario of the kit.
-pub fn scenarios() -> &'static [Scenario] {
-    lease::SCENARIOS
+pub fn scenarios() -> Vec<Scenario> {
+    [lease::SCENARIOS, events::SCENARIOS].concat()
 }
 
 /// What became of one scenario.
@@ -113,7 +114,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Subject>,
 {
-    let Some(scenario) = scenarios().iter().find(|s| s.name == name) else {
+    let Some(scenario) = scenarios().into_iter().find(|s| s.name == name) else {
         panic!("tck: no scenario is called {name:?}");
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -135,7 +136,14 @@ where
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        let result = if subject.storage.capabilities().contains(scenario.capability) {
+        let offered = subject.storage.capabilities();
+        let missing: Vec<String> = scenario
+            .needs
+            .iter()
+            .filter(|c| !offered.contains(**c))
+            .map(|c| format!("`{c}`"))
+            .collect();
+        let result = if missing.is_empty() {
             Some((scenario.run)(&subject).await)
         } else {
             None
@@ -147,8 +155,8 @@ where
         match result {
             None => {
                 println!(
-                    "tck: skipped {backend}::{name}: the storage lacks the `{}` capability",
-                    scenario.capability
+                    "tck: skipped {backend}::{name}: the storage lacks the {} capability",
+                    missing.join(" and ")
                 );
                 Verdict::Skipped
             }
@@ -193,6 +201,18 @@ macro_rules! tck_suite {
             lease_concurrent_contention,
             lease_registry_stays_bounded,
             lease_closed_storage_refuses_calls,
+            events_append_assigns_positions,
+            events_read_filters,
+            events_read_direction_and_limits,
+            events_cursor_pages_through_log,
+            events_condition_conflict,
+            events_idempotent_append,
+            events_invalid_append_stores_nothing,
+            events_concurrent_conditional_appends,
+            events_concurrent_appends_keep_order,
+            bookmarks_place_move_remove,
+            bookmarks_listed_by_reader,
+            bookmarks_must_point_at_stored_event,
         }
     };
 }
