@@ -5,6 +5,7 @@
 //!   This is the README's test command and what `.ci/run` calls.
 //! * `cargo xtask tck [--backend NAME]`: the conformance kit alone, against one backend or all.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
+//! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
 //!
 //! It depends on nothing but std, so that it builds in seconds.
 
@@ -55,6 +56,7 @@ commands:
   test                    fmt check, clippy -D warnings, every test, the TCK on every backend
   tck [--backend NAME]    the conformance kit alone (backends: memory, postgres, file, partial)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
+  bench file              the file backend's appends against raw write + fsync, and reopening
 ";
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         ["bench", "postgres"] => {
             cargo(&["bench", "-p", "tenure-postgres", "--bench", "lease_latency"])
         }
+        ["bench", "file"] => cargo(&["bench", "-p", "tenure-file", "--bench", "append"]),
         ["help" | "--help" | "-h"] => {
             print!("{USAGE}");
             Ok(())
