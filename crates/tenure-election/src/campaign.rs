@@ -1,0 +1,329 @@
+//! The loop the lease contract asks of every caller: request on a timer, believe in
+//! leadership only until the ttl measured from the sending of the last confirmed request has
+//! run out, release on the way out.
+//!
+//! One task runs one campaign. It owns the `watch` sender of the elector's state, so the state
+//! is published from one place, in order, and every transition is logged there.
+
+use std::future::pending;
+use std::sync::Arc;
+
+use tenure_ports::{EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Instant, sleep_until, timeout};
+use tracing::{debug, info, warn};
+
+use crate::config::ValidConfig;
+use crate::state::LeadershipState;
+
+/// What an elector handle asks of its campaign.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Release the lease now and stand aside for one ttl, then contend again.
+    Release(oneshot::Sender<Result<(), EventStorageError>>),
+    /// Release the lease and stop.
+    Shutdown(oneshot::Sender<Result<(), EventStorageError>>),
+}
+
+pub(crate) struct Campaign {
+    storage: Arc<dyn EventStorage>,
+    config: ValidConfig,
+    request: LeaseRequest,
+    state: watch::Sender<LeadershipState>,
+    commands: mpsc::UnboundedReceiver<Command>,
+}
+
+/// How one request ended, from the loop's point of view.
+type Answer = Result<Result<LeaseResponse, EventStorageError>, tokio::time::error::Elapsed>;
+
+impl Campaign {
+    pub(crate) fn new(
+        storage: Arc<dyn EventStorage>,
+        config: ValidConfig,
+        state: watch::Sender<LeadershipState>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> Self {
+        let request = config.request();
+        Campaign {
+            storage,
+            config,
+            request,
+            state,
+            commands,
+        }
+    }
+
+    /// Runs until shut down, or until every handle to the elector is dropped; releases the
+    /// lease either way.
+    pub(crate) async fn run(mut self) {
+        let mut next_request = Instant::now();
+        loop {
+            // Between requests: the deadline, a command, or the next tick.
+            tokio::select! {
+                biased;
+                () = sleep_until_deadline(self.deadline()) => {
+                    self.lapse();
+                    continue;
+                }
+                command = self.commands.recv() => {
+                    match command {
+                        Some(Command::Release(done)) => {
+                            let result = self.release().await;
+                            let _ = done.send(result);
+                            // Stand aside for one ttl, so that the contender that asked for
+                            // the handover gets the lease rather than this elector again.
+                            next_request = Instant::now() + self.config.ttl();
+                            continue;
+                        }
+                        Some(Command::Shutdown(done)) => {
+                            let result = self.release().await;
+                            let _ = done.send(result);
+                            return;
+                        }
+                        None => {
+                            let _ = self.release().await;
+                            return;
+                        }
+                    }
+                }
+                () = sleep_until(next_request) => {}
+            }
+
+            let sent_at = Instant::now();
+            next_request = next_tick(next_request, self.config.poll_interval(), sent_at);
+            let answer = self.request_once().await;
+            self.answer(sent_at, answer);
+        }
+    }
+
+    /// Sends one request and waits for its answer (at most the call timeout). Leadership
+    /// lapses at its deadline even while the call hangs.
+    async fn request_once(&self) -> Answer {
+        let call = timeout(
+            self.config.call_timeout(),
+            self.storage.request_lease(&self.request),
+        );
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                biased;
+                () = sleep_until_deadline(self.deadline()) => self.lapse(),
+                answer = &mut call => return answer,
+            }
+        }
+    }
+
+    /// Until when the current tenure holds, if this elector holds the lease.
+    fn deadline(&self) -> Option<Instant> {
+        self.state.borrow().valid_until()
+    }
+
+    fn answer(&self, sent_at: Instant, answer: Answer) {
+        let error = match answer {
+            Ok(Ok(response)) => return self.confirmed(sent_at, response),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!(
+                "no answer within the call timeout of {:?}",
+                self.config.call_timeout()
+            ),
+        };
+        let current = self.state.borrow().clone();
+        let (lease, owner) = (self.config.lease_name(), self.config.owner());
+        match current.tenure() {
+            // A failed renewal is not evidence of leadership, nor of its loss: leadership
+            // holds until its deadline, when `lapse` ends it unless a renewal succeeds first.
+            Some((token, valid_until)) => warn!(
+                lease = %lease, owner = %owner, token = token.get(), transition = "renewal_failed",
+                error = %error,
+                remaining_ms = valid_until.saturating_duration_since(Instant::now()).as_millis(),
+                "lease renewal failed; leadership holds until its deadline unless a renewal is confirmed"
+            ),
+            None => {
+                warn!(
+                    lease = %lease, owner = %owner, transition = "unknown", error = %error,
+                    "lease request failed"
+                );
+                self.state.send_replace(LeadershipState::Unknown);
+            }
+        }
+    }
+
+    fn confirmed(&self, sent_at: Instant, response: LeaseResponse) {
+        let token = response.fencing_token;
+        let next = match response.status {
+            LeaseStatus::Standby => LeadershipState::Standby {
+                holder: response.lease.owner,
+                token,
+            },
+            held => {
+                let valid_until = sent_at + self.config.leadership_span();
+                if valid_until <= Instant::now() {
+                    warn!(
+                        lease = %self.config.lease_name(), owner = %self.config.owner(),
+                        token = token.get(), transition = "unknown",
+                        "the storage confirmed the lease too late to act on it"
+                    );
+                    LeadershipState::Unknown
+                } else if held == LeaseStatus::LeaderStepDownRequested {
+                    LeadershipState::StepDownRequested { token, valid_until }
+                } else {
+                    LeadershipState::Leader { token, valid_until }
+                }
+            }
+        };
+        self.publish(next);
+    }
+
+    /// The deadline passed without a confirmed renewal: leadership ends now.
+    fn lapse(&self) {
+        if let Some((token, _)) = self.state.borrow().tenure() {
+            warn!(
+                lease = %self.config.lease_name(), owner = %self.config.owner(),
+                token = token.get(), transition = "lost", reason = "lapsed",
+                "leadership lost: no renewal was confirmed within the ttl"
+            );
+        }
+        self.state.send_replace(LeadershipState::Unknown);
+    }
+
+    /// Publishes `next`, logging the transition from the current state.
+    fn publish(&self, next: LeadershipState) {
+        let previous = self.state.send_replace(next.clone());
+        log_transition(&self.config, &previous, &next);
+    }
+
+    /// Ends any tenure, then releases the lease (withdrawing the registration too).
+    async fn release(&self) -> Result<(), EventStorageError> {
+        let previous = self.state.send_replace(LeadershipState::Unknown);
+        let (lease, owner) = (self.config.lease_name(), self.config.owner());
+        let result = match timeout(
+            self.config.call_timeout(),
+            self.storage.release_lease(lease.as_str(), owner.as_str()),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(EventStorageError::unavailable(format!(
+                "release_lease did not answer within {:?}",
+                self.config.call_timeout()
+            ))),
+        };
+        match (&result, previous.leader_token()) {
+            (Ok(()), Some(token)) => info!(
+                lease = %lease, owner = %owner, token = token.get(), transition = "released",
+                "released the lease"
+            ),
+            (Ok(()), None) => debug!(
+                lease = %lease, owner = %owner, transition = "withdrawn",
+                "withdrew from the election"
+            ),
+            (Err(error), token) => warn!(
+                lease = %lease, owner = %owner, token = token.map(|t| t.get()),
+                transition = "release_failed", error = %error,
+                "release failed; a held lease expires after its ttl"
+            ),
+        }
+        result
+    }
+}
+
+/// The next request goes out one poll interval after the previous one was *scheduled*, so
+/// that call latency never shifts the cadence; a tick missed by more than a whole interval
+/// (a starved runtime) restarts the cadence from now instead of bursting.
+fn next_tick(scheduled: Instant, poll_interval: std::time::Duration, sent_at: Instant) -> Instant {
+    let next = scheduled + poll_interval;
+    if next <= sent_at {
+        sent_at + poll_interval
+    } else {
+        next
+    }
+}
+
+async fn sleep_until_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => sleep_until(deadline).await,
+        None => pending().await,
+    }
+}
+
+fn log_transition(config: &ValidConfig, previous: &LeadershipState, next: &LeadershipState) {
+    use LeadershipState::{Leader, Standby, StepDownRequested, Unknown};
+    let (lease, owner) = (config.lease_name(), config.owner());
+    let now = Instant::now();
+    match (previous.leader_token(), next) {
+        (Some(old), Leader { token, valid_until } | StepDownRequested { token, valid_until })
+            if old == *token =>
+        {
+            let valid_for_ms = valid_until.saturating_duration_since(now).as_millis();
+            match (
+                previous.is_step_down_requested(),
+                next.is_step_down_requested(),
+            ) {
+                (false, true) => info!(
+                    lease = %lease, owner = %owner, token = token.get(),
+                    transition = "step_down_requested", valid_for_ms,
+                    "step-down requested: a contender with a higher priority is waiting"
+                ),
+                (true, false) => info!(
+                    lease = %lease, owner = %owner, token = token.get(),
+                    transition = "step_down_withdrawn", valid_for_ms,
+                    "step-down no longer requested"
+                ),
+                _ => debug!(
+                    lease = %lease, owner = %owner, token = token.get(),
+                    transition = "renewed", valid_for_ms,
+                    "renewed the lease"
+                ),
+            }
+        }
+        (old, Leader { token, valid_until } | StepDownRequested { token, valid_until }) => {
+            if let Some(old) = old {
+                warn!(
+                    lease = %lease, owner = %owner, token = old.get(), transition = "lost",
+                    reason = "superseded", "leadership lost: the lease has a new tenure"
+                );
+            }
+            info!(
+                lease = %lease, owner = %owner, token = token.get(), transition = "acquired",
+                valid_for_ms = valid_until.saturating_duration_since(now).as_millis(),
+                step_down_requested = next.is_step_down_requested(),
+                "acquired leadership"
+            );
+        }
+        (Some(old), Standby { holder, token }) => warn!(
+            lease = %lease, owner = %owner, token = old.get(), transition = "lost",
+            reason = "taken_over", holder = %holder, holder_token = token.get(),
+            "leadership lost: another contender holds the lease"
+        ),
+        (None, Standby { holder, token }) => {
+            if previous != next {
+                info!(
+                    lease = %lease, owner = %owner, transition = "standby", holder = %holder,
+                    holder_token = token.get(), "standing by"
+                );
+            }
+        }
+        (Some(old), Unknown) => warn!(
+            lease = %lease, owner = %owner, token = old.get(), transition = "lost",
+            reason = "unconfirmed", "leadership lost"
+        ),
+        (None, Unknown) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_cadence_does_not_drift_with_latency() {
+        let start = Instant::now();
+        let poll = Duration::from_millis(100);
+        let sent = start + Duration::from_millis(7);
+        assert_eq!(next_tick(start, poll, sent), start + poll);
+        // A tick missed by more than an interval restarts from now.
+        let late = start + Duration::from_millis(250);
+        assert_eq!(next_tick(start, poll, late), late + poll);
+    }
+}

@@ -1,0 +1,71 @@
+//! Leader election on Tenure leases: the loop around the storage, done right.
+//!
+//! A storage answers one question per call ("who holds this lease?"). The lease contract puts
+//! the rest on the caller: ask again about every ttl/3; believe in leadership only until the
+//! ttl, measured on your own monotonic clock from the moment you *sent* the last request that
+//! succeeded, has run out; treat a failed or hung call as no evidence of leadership; finish
+//! and release when a higher-priority contender waits; release on the way out. A
+//! [`LeaderElector`] does all of that in a task of its own and publishes what it knows as a
+//! [`LeadershipState`] through a `tokio::sync::watch` channel.
+//! [`LeaderElector::run_while_leader`] runs work only during a tenure and hands it a
+//! [`LeaderLease`]: the fencing token to stamp writes with, a signal for when leadership is
+//! lost, and one for when a step-down is requested. [`FencingGuard`] is the receiving side:
+//! it refuses writes stamped with a token older than one it has accepted, which is what stops
+//! a leader that was paused past its ttl (see its docs for the same check in PostgreSQL).
+//!
+//! This crate is not a storage and makes no lease decision: it runs on any
+//! `Arc<dyn EventStorage>` (`tenure-memory`, `tenure-postgres`) and trusts the storage's
+//! answers, judged on the storage's clock. It depends on tokio and logs through `tracing`;
+//! it installs no subscriber and spawns nothing but the one task per elector.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
+//! use tenure_memory::MemoryEventStorage;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let storage = Arc::new(MemoryEventStorage::new());
+//! let ttl = Duration::from_secs(3);
+//! let a = LeaderElector::start(storage.clone(), ElectorConfig::new("jobs", ttl).with_owner("a"))?;
+//! let lease = a.wait_for_leadership().await?;
+//! assert_eq!(lease.token().get(), 1);
+//!
+//! let b = LeaderElector::start(storage, ElectorConfig::new("jobs", ttl).with_owner("b"))?;
+//! let mut state = b.subscribe();
+//! state.wait_for(|s| matches!(s, LeadershipState::Standby { .. })).await?;
+//!
+//! a.shutdown().await?; // releases: b takes over at its next request
+//! let lease = b.wait_for_leadership().await?;
+//! assert_eq!(lease.token().get(), 2);
+//! # b.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Events
+//!
+//! Every transition is logged with the fields `lease`, `owner` and `token`, and a
+//! `transition` field naming it: `acquired`, `step_down_requested`, `step_down_withdrawn`,
+//! `lost` (with a `reason`: `lapsed`, `taken_over`, `superseded`, `unconfirmed`),
+//! `released` and `standby` at info or warn; `renewed` at debug; failed calls at warn
+//! (`renewal_failed`, `unknown`, `release_failed`).
+
+#![deny(missing_docs)]
+
+mod campaign;
+mod config;
+mod elector;
+mod error;
+mod fencing;
+mod lease;
+mod owner;
+mod state;
+
+pub use config::{ConfigError, ElectorConfig, MIN_ELECTOR_TTL, ValidConfig, safety_margin};
+pub use elector::LeaderElector;
+pub use error::ElectorError;
+pub use fencing::{FencingGuard, StaleToken};
+pub use lease::{LeaderLease, LeadershipLost};
+pub use state::LeadershipState;
