@@ -1,0 +1,3 @@
+//! Placeholder: the lease latency benchmark.
+
+fn main() {}

@@ -1,0 +1,415 @@
+//! The schema modes, prefixes, privileges and connection strings, against a real server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use support::{admin, builder, fresh_prefix, fresh_storage, server};
+use tenure_ports::{EventStorage, EventStorageError, LeaseRequest, LeaseStatus};
+use tenure_postgres::{BuildError, PostgresEventStorage, SchemaMode, ddl};
+
+fn request(lease: &str, owner: &str) -> LeaseRequest {
+    LeaseRequest::new(lease, owner, 0, Duration::from_secs(60))
+}
+
+async fn count_objects(prefix: &str) -> i64 {
+    admin()
+        .await
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_class WHERE left(relname, length($1)) = $1) \
+                  + (SELECT count(*) FROM pg_proc WHERE left(proname, length($1)) = $1)",
+            &[&prefix],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn ensure_twice_is_harmless_and_keeps_the_data() {
+    let (first, guard) = fresh_storage().await;
+    let granted = first.request_lease(&request("l", "a")).await.unwrap();
+    let objects = count_objects(guard.prefix()).await;
+    // two tables, their primary key indexes, two functions (and no more after a second run)
+    assert_eq!(objects, 6);
+    let second = builder(&guard).build().await.unwrap();
+    assert_eq!(count_objects(guard.prefix()).await, objects);
+    let standby = second.request_lease(&request("l", "b")).await.unwrap();
+    assert_eq!(standby.status, LeaseStatus::Standby);
+    assert_eq!(standby.lease, granted.lease);
+}
+
+#[tokio::test]
+async fn concurrent_ensures_are_serialized() {
+    let guard = fresh_prefix();
+    let builds = (0..4).map(|_| {
+        let b = builder(&guard);
+        tokio::spawn(async move { b.build().await })
+    });
+    for build in builds.collect::<Vec<_>>() {
+        build.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn validate_on_an_empty_schema_names_every_missing_object() {
+    let guard = fresh_prefix();
+    let err = builder(&guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    let p = guard.prefix();
+    for name in [
+        format!("table {p}leases is missing"),
+        format!("table {p}lease_contenders is missing"),
+        format!("function {p}request_lease_v1("),
+        format!("function {p}release_lease_v1("),
+    ] {
+        assert!(message.contains(&name), "{name:?} not in {message}");
+    }
+    assert!(matches!(
+        err,
+        BuildError::Storage(EventStorageError::Schema { .. })
+    ));
+    assert_eq!(count_objects(p).await, 0, "Validate created something");
+}
+
+#[tokio::test]
+async fn validate_after_ensure_passes() {
+    let (_ensured, guard) = fresh_storage().await;
+    let validated = builder(&guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap();
+    validated.request_lease(&request("l", "a")).await.unwrap();
+}
+
+#[tokio::test]
+async fn validate_names_wrong_and_missing_columns() {
+    let guard = fresh_prefix();
+    let p = guard.prefix();
+    let client = admin().await;
+    client.batch_execute(&ddl(p).unwrap()).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {p}leases ALTER COLUMN priority TYPE integer; \
+             ALTER TABLE {p}lease_contenders DROP COLUMN last_seen; \
+             ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL;"
+        ))
+        .await
+        .unwrap();
+    let message = builder(&guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        format!("column {p}leases.priority is integer, expected bigint"),
+        format!("column {p}lease_contenders.last_seen is missing"),
+        format!("column {p}leases.owner must be NOT NULL"),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} not in {message}");
+    }
+}
+
+#[tokio::test]
+async fn none_touches_nothing() {
+    let guard = fresh_prefix();
+    let storage = builder(&guard)
+        .schema_mode(SchemaMode::None)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(count_objects(guard.prefix()).await, 0);
+    // Without the schema, a call is a schema error, and still creates nothing.
+    let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
+    assert!(matches!(err, EventStorageError::Schema { .. }), "{err:?}");
+    assert_eq!(count_objects(guard.prefix()).await, 0);
+}
+
+#[tokio::test]
+async fn none_builds_without_a_reachable_server() {
+    // Nothing listens on port 1: None mode does not connect while building.
+    let storage = PostgresEventStorage::builder()
+        .url("postgres://u@127.0.0.1:1/db")
+        .schema_mode(SchemaMode::None)
+        .call_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+}
+
+#[tokio::test]
+async fn ddl_applied_by_hand_satisfies_validate() {
+    let guard = fresh_prefix();
+    admin()
+        .await
+        .batch_execute(&ddl(guard.prefix()).unwrap())
+        .await
+        .unwrap();
+    let storage = builder(&guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        storage
+            .request_lease(&request("l", "a"))
+            .await
+            .unwrap()
+            .status,
+        LeaseStatus::Leader
+    );
+}
+
+#[tokio::test]
+async fn two_prefixes_are_independent() {
+    let (a, _ga) = fresh_storage().await;
+    let (b, _gb) = fresh_storage().await;
+    let in_a = a.request_lease(&request("same", "x")).await.unwrap();
+    let in_b = b.request_lease(&request("same", "y")).await.unwrap();
+    assert_eq!(in_a.status, LeaseStatus::Leader);
+    assert_eq!(in_b.status, LeaseStatus::Leader);
+    assert_eq!(in_b.lease.owner, "y");
+    a.release_lease("same", "x").await.unwrap();
+    let again_b = b.request_lease(&request("same", "z")).await.unwrap();
+    assert_eq!(again_b.status, LeaseStatus::Standby);
+    assert_eq!(a.get_leases().await.unwrap().leases.len(), 1);
+    assert_eq!(b.get_lease_contenders("same").await.unwrap().len(), 2);
+    assert_eq!(a.get_lease_contenders("same").await.unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
+    for prefix in ["", "Upper", "1x", "semi;colon", "quote'", &"x".repeat(38)] {
+        let err = PostgresEventStorage::builder()
+            .url("postgres://u@127.0.0.1:1/db")
+            .prefix(prefix)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BuildError::Prefix(_)), "{prefix:?}: {err:?}");
+    }
+    let err = PostgresEventStorage::builder().build().await.unwrap_err();
+    assert!(matches!(err, BuildError::NoConnection));
+    let err = PostgresEventStorage::builder()
+        .url("postgres://u@127.0.0.1:1/db")
+        .pool_size(0)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BuildError::Setting {
+            name: "pool_size",
+            ..
+        }
+    ));
+    let err = PostgresEventStorage::builder()
+        .url("postgres://u@127.0.0.1:1/db")
+        .call_timeout(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BuildError::Setting {
+            name: "call_timeout",
+            ..
+        }
+    ));
+}
+
+/// Every text an error shows: Display, Debug, and its whole source chain.
+fn all_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = format!("{err} {err:?}");
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(&format!(" {s} {s:?}"));
+        source = s.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_password_never_appears_in_error_text() {
+    let secret = "Sup3rS3cretPa55";
+    // Refused connection, wrong password, unparseable URL, unknown database.
+    let urls = [
+        format!("postgres://app:{secret}@127.0.0.1:1/db"),
+        format!("postgres://nosuchrole_tenure:{secret}@127.0.0.1:5432/postgres"),
+        format!("postgres://app:{secret}@127.0.0.1:notaport/db"),
+        format!("host=127.0.0.1 port=1 user=app password={secret} dbname=db"),
+        format!("host=127.0.0.1 port=1 user=app password='{secret}' bogus"),
+    ];
+    for url in urls {
+        let builder = PostgresEventStorage::builder()
+            .url(url.clone())
+            .call_timeout(Duration::from_secs(3));
+        assert!(!format!("{builder:?}").contains(secret));
+        let err = builder.build().await.unwrap_err();
+        let text = all_text(&err);
+        assert!(!text.contains(secret), "{url}: {text}");
+        // And from a lease call on a storage built without checking the schema.
+        if let Ok(storage) = PostgresEventStorage::builder()
+            .url(url.clone())
+            .schema_mode(SchemaMode::None)
+            .call_timeout(Duration::from_secs(3))
+            .build()
+            .await
+        {
+            assert!(!format!("{storage:?}").contains(secret));
+            let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
+            assert!(err.is_unconfirmed(), "{err:?}");
+            let text = all_text(&err);
+            assert!(!text.contains(secret), "{url}: {text}");
+        }
+    }
+    let _ = server();
+}
+
+#[tokio::test]
+async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
+    let (owner_storage, guard) = fresh_storage().await;
+    let p = guard.prefix().to_owned();
+    let role = tenure_pg_test::unique_name("tenure_role");
+    let client = admin().await;
+    // Exactly what docs/postgres.md lists, and nothing else.
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; \
+             GRANT USAGE ON SCHEMA public TO {role}; \
+             GRANT SELECT, INSERT, UPDATE ON {p}leases TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role};"
+        ))
+        .await
+        .unwrap();
+    struct DropRole(String, String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = tenure_pg_test::execute_detached(
+                &self.0,
+                &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0};", self.1),
+            );
+        }
+    }
+    let _drop_role = DropRole(server().url.clone(), role.clone());
+    let role_url = role_url(&role);
+
+    for mode in [SchemaMode::Validate, SchemaMode::None] {
+        let storage = PostgresEventStorage::builder()
+            .url(role_url.clone())
+            .prefix(&p)
+            .schema_mode(mode)
+            .build()
+            .await
+            .unwrap();
+        let lease = format!("lp-{mode:?}");
+        let a = LeaseRequest::new(&lease, "a", 0, Duration::from_millis(300));
+        let b = LeaseRequest::new(&lease, "b", 1, Duration::from_secs(60));
+        assert_eq!(
+            storage.request_lease(&a).await.unwrap().status,
+            LeaseStatus::Leader
+        );
+        assert_eq!(
+            storage.request_lease(&b).await.unwrap().status,
+            LeaseStatus::Standby
+        );
+        assert_eq!(
+            storage.request_lease(&a).await.unwrap().status,
+            LeaseStatus::LeaderStepDownRequested
+        );
+        storage.release_lease(&lease, "a").await.unwrap();
+        let taken = storage.request_lease(&b).await.unwrap();
+        assert_eq!(taken.fencing_token.get(), 2);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        storage.request_lease(&b).await.unwrap();
+        assert!(storage.get_leases().await.unwrap().get(&lease).is_some());
+        let contenders = storage.get_lease_contenders(&lease).await.unwrap();
+        assert_eq!(contenders.len(), 1, "{contenders:?}");
+        storage.close().await.unwrap();
+    }
+    // The role really cannot delete a lease record.
+    let role_client = tenure_pg_test::connect(&role_url).await.unwrap();
+    let err = role_client
+        .execute(&format!("DELETE FROM {p}leases"), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
+    // And Ensure, which needs to create and own objects, is refused with a schema error.
+    let err = PostgresEventStorage::builder()
+        .url(role_url)
+        .prefix(&p)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BuildError::Storage(EventStorageError::Schema { .. })),
+        "{err:?}"
+    );
+    drop(owner_storage);
+}
+
+/// The test server's URL with `role` as the user (the local server trusts local roles).
+fn role_url(role: &str) -> String {
+    let url = &server().url;
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{role}@{host}")
+        }
+        None => format!("{url} user={role}"),
+    }
+}
+
+#[tokio::test]
+async fn closing_makes_every_clone_fail_with_closed() {
+    let (storage, _guard) = fresh_storage().await;
+    let clone = storage.clone();
+    storage.request_lease(&request("l", "a")).await.unwrap();
+    storage.close().await.unwrap();
+    storage.close().await.unwrap();
+    assert!(storage.pool().is_closed());
+    for err in [
+        clone.request_lease(&request("l", "a")).await.unwrap_err(),
+        clone.release_lease("l", "a").await.unwrap_err(),
+        clone.get_leases().await.unwrap_err(),
+        clone.get_lease_contenders("l").await.unwrap_err(),
+    ] {
+        assert!(matches!(err, EventStorageError::Closed), "{err:?}");
+    }
+    let _ = all_text(&EventStorageError::Closed);
+}
+
+#[tokio::test]
+async fn closing_leaves_an_application_pool_open() {
+    let (owned, guard) = fresh_storage().await;
+    let shared = PostgresEventStorage::builder()
+        .pool(owned.pool().clone())
+        .prefix(guard.prefix())
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap();
+    shared.close().await.unwrap();
+    assert!(matches!(
+        shared.request_lease(&request("l", "a")).await,
+        Err(EventStorageError::Closed)
+    ));
+    assert!(!owned.pool().is_closed());
+    owned.request_lease(&request("l", "a")).await.unwrap();
+    let e = EventStorageError::Closed;
+    assert!(e.source().is_none());
+}

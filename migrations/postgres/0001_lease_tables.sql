@@ -1,0 +1,38 @@
+-- Tenure: the lease tables.
+--
+-- `{{prefix}}` is replaced by the table prefix (default `tenure_`), a validated identifier part
+-- ([a-z_][a-z0-9_]*). `tenure_postgres::ddl(prefix)` prints this file and the next ones with
+-- the prefix substituted; `SchemaMode::Ensure` runs exactly that. Every statement is idempotent.
+--
+-- Privileges the application role needs (see docs/postgres.md):
+--   {{prefix}}leases            SELECT, INSERT, UPDATE   (never DELETE: a lease record and its
+--                                                         fencing token are never removed)
+--   {{prefix}}lease_contenders  SELECT, INSERT, UPDATE, DELETE
+--   the functions below         EXECUTE (granted to PUBLIC by default)
+
+-- One row per lease: its holder (or last holder), the fencing token of the current (or last)
+-- tenure, and the storage-clock instants of its acquisition and last heartbeat.
+CREATE TABLE IF NOT EXISTS {{prefix}}leases (
+    lease_name    text COLLATE "C" NOT NULL,
+    owner         text COLLATE "C" NOT NULL,
+    priority      bigint           NOT NULL,
+    fencing_token bigint           NOT NULL,
+    acquired_at   timestamptz      NOT NULL,
+    heartbeat_at  timestamptz      NOT NULL,
+    ttl_micros    bigint           NOT NULL,
+    CONSTRAINT {{prefix}}leases_pkey PRIMARY KEY (lease_name),
+    CONSTRAINT {{prefix}}leases_token_check CHECK (fencing_token > 0),
+    CONSTRAINT {{prefix}}leases_ttl_check CHECK (ttl_micros > 0)
+) WITH (fillfactor = 50);
+
+-- One row per (lease, contender): every request registers or refreshes its owner's row, a
+-- release withdraws it, and rows that are no longer live are pruned by the next request.
+CREATE TABLE IF NOT EXISTS {{prefix}}lease_contenders (
+    lease_name    text COLLATE "C" NOT NULL,
+    owner         text COLLATE "C" NOT NULL,
+    priority      bigint           NOT NULL,
+    last_seen     timestamptz      NOT NULL,
+    ttl_micros    bigint           NOT NULL,
+    CONSTRAINT {{prefix}}lease_contenders_pkey PRIMARY KEY (lease_name, owner),
+    CONSTRAINT {{prefix}}lease_contenders_ttl_check CHECK (ttl_micros > 0)
+) WITH (fillfactor = 50);

@@ -1,0 +1,183 @@
+-- Tenure: the lease operations, one function call per lease call.
+--
+-- Each function makes one call's decision inside the caller's (autocommit) transaction, on the
+-- database's clock. They compute in SQL exactly what the domain's state machine
+-- (`tenure_domain::decide_request` / `decide_release`) decides; the crate's property test
+-- `sql_decisions_match_the_domain` runs random sequences of calls against both and compares every
+-- response and every stored row, and the conformance kit runs against them in real time.
+--
+-- The `_v1` suffix is the version of a function's behaviour: a later release that changes it
+-- adds `_v2` next to it, so that `SchemaMode::Validate` can tell an old schema from a current one
+-- and processes of both versions can run side by side during a rolling upgrade.
+--
+-- Serialization: `pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || lease_name, 0))`,
+-- in a statement of its own, before anything is read. The functions are VOLATILE, so in READ
+-- COMMITTED every later statement takes a fresh snapshot, which includes everything committed
+-- by the call that held the lock before. (A single statement that takes the lock and reads would
+-- read from a snapshot taken before the lock: two callers could both see the lease free.) Two
+-- lease names whose keys collide only share a lock: their calls are serialized, nothing more.
+--
+-- `p_now` is for tests only (the property test drives the clock); callers leave it NULL and the
+-- clock is read with clock_timestamp() after the lock, so that a call that waited on the lock
+-- decides with the time at which it decides. That one instant is written everywhere.
+
+CREATE OR REPLACE FUNCTION {{prefix}}request_lease_v1(
+    p_lease_name        text,
+    p_owner             text,
+    p_priority          bigint,
+    p_ttl_micros        bigint,
+    p_now               timestamptz DEFAULT NULL,
+    OUT o_status        text,
+    OUT o_transition    text,
+    OUT o_owner         text,
+    OUT o_priority      bigint,
+    OUT o_fencing_token bigint,
+    OUT o_acquired_at   timestamptz,
+    OUT o_heartbeat_at  timestamptz,
+    OUT o_ttl_micros    bigint,
+    OUT o_now           timestamptz)
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_now       timestamptz;
+    v_lease     record;
+    v_found     boolean;
+    v_outranked boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0));
+    v_now := coalesce(p_now, clock_timestamp());
+    o_now := v_now;
+
+    SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
+      INTO v_lease
+      FROM {{prefix}}leases l
+     WHERE l.lease_name = p_lease_name;
+    v_found := FOUND;
+
+    IF NOT v_found THEN
+        -- Rule 2: no record yet.
+        o_transition := 'created';
+        o_fencing_token := 1;
+    ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
+        -- Rule 3 (renewal) or rule 4 (someone else holds it).
+        IF v_lease.owner = p_owner THEN
+            o_transition := 'renewed';
+            o_fencing_token := v_lease.fencing_token;
+        ELSE
+            o_transition := 'standby';
+        END IF;
+    ELSE
+        -- Rule 3, second half (the last holder comes back) or rule 5 (takeover): a new tenure.
+        IF v_lease.fencing_token >= 9223372036854775807 THEN
+            RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
+                USING ERRCODE = 'TN001';
+        END IF;
+        o_fencing_token := v_lease.fencing_token + 1;
+        IF v_lease.owner = p_owner THEN
+            o_transition := 'reacquired';
+        ELSE
+            o_transition := 'taken_over';
+        END IF;
+    END IF;
+
+    -- Rules 1, 6 and 7 in one statement. Its three parts share one snapshot: the contenders as
+    -- they were before this call. Rule 6 only matters to a holder, and a holder is the caller
+    -- with the caller's priority, so "a live contender other than the holder with a strictly
+    -- higher priority than the holder's" is "other than the caller, above p_priority".
+    WITH pruned AS (
+        DELETE FROM {{prefix}}lease_contenders c
+         WHERE c.lease_name = p_lease_name
+           AND c.owner <> p_owner
+           AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now
+    ), registered AS (
+        INSERT INTO {{prefix}}lease_contenders AS c
+               (lease_name, owner, priority, last_seen, ttl_micros)
+        VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
+        ON CONFLICT (lease_name, owner) DO UPDATE
+           SET priority = excluded.priority,
+               last_seen = excluded.last_seen,
+               ttl_micros = excluded.ttl_micros
+    )
+    SELECT EXISTS (
+        SELECT 1
+          FROM {{prefix}}lease_contenders c
+         WHERE c.lease_name = p_lease_name
+           AND c.owner <> p_owner
+           AND c.priority > p_priority
+           AND v_now < c.last_seen + c.ttl_micros * interval '1 microsecond')
+      INTO v_outranked;
+
+    IF o_transition = 'standby' THEN
+        o_status := 'standby';
+        o_owner := v_lease.owner;
+        o_priority := v_lease.priority;
+        o_fencing_token := v_lease.fencing_token;
+        o_acquired_at := v_lease.acquired_at;
+        o_heartbeat_at := v_lease.heartbeat_at;
+        o_ttl_micros := v_lease.ttl_micros;
+        RETURN;
+    END IF;
+
+    o_owner := p_owner;
+    o_priority := p_priority;
+    o_heartbeat_at := v_now;
+    o_ttl_micros := p_ttl_micros;
+    IF o_transition = 'renewed' THEN
+        o_acquired_at := v_lease.acquired_at;
+        UPDATE {{prefix}}leases
+           SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+         WHERE lease_name = p_lease_name;
+    ELSIF o_transition = 'created' THEN
+        o_acquired_at := v_now;
+        INSERT INTO {{prefix}}leases
+               (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros)
+        VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros);
+    ELSE
+        o_acquired_at := v_now;
+        UPDATE {{prefix}}leases
+           SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
+               acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+         WHERE lease_name = p_lease_name;
+    END IF;
+
+    IF v_outranked THEN
+        o_status := 'leader_step_down_requested';
+    ELSE
+        o_status := 'leader';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {{prefix}}release_lease_v1(
+    p_lease_name     text,
+    p_owner          text,
+    p_now            timestamptz DEFAULT NULL,
+    OUT o_released   boolean,
+    OUT o_now        timestamptz)
+LANGUAGE plpgsql
+VOLATILE
+AS $fn$
+DECLARE
+    v_now timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0));
+    v_now := coalesce(p_now, clock_timestamp());
+    o_now := v_now;
+
+    -- Only the holder's record, and only if it is not already expired that far back: the
+    -- heartbeat is backdated to now - ttl, so the lease is expired at once and keeps its owner
+    -- and token. Never a DELETE.
+    UPDATE {{prefix}}leases l
+       SET heartbeat_at = v_now - l.ttl_micros * interval '1 microsecond'
+     WHERE l.lease_name = p_lease_name
+       AND l.owner = p_owner
+       AND v_now - l.ttl_micros * interval '1 microsecond' < l.heartbeat_at;
+    o_released := FOUND;
+
+    -- The caller's registration is withdrawn whether or not it held the lease.
+    DELETE FROM {{prefix}}lease_contenders c
+     WHERE c.lease_name = p_lease_name
+       AND c.owner = p_owner;
+END
+$fn$;
