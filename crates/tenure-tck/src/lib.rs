@@ -45,6 +45,12 @@
 //! line (visible with `--nocapture`) is what `cargo xtask tck` counts as a skip. A scenario that
 //! ran prints `tck: passed …`. A failure panics with `tck: failed <backend>::<scenario>: why`.
 //!
+//! # History checking
+//!
+//! [`history`] records lease calls, leadership spans and fenced writes from any workload
+//! (stress tests, fault injection) and checks the contract's safety properties over the whole
+//! run.
+//!
 //! # What it is not
 //!
 //! Not a benchmark and not a fault-injection suite: it checks what a correct backend answers,
@@ -54,6 +60,7 @@
 
 mod check;
 mod events;
+pub mod history;
 mod lease;
 mod subject;
 
