@@ -61,6 +61,20 @@ pub(crate) fn from_pg(what: &str, err: tokio_postgres::Error) -> EventStorageErr
     }
 }
 
+/// Whether `err` means the connection itself is gone (or going): it must not be reused.
+pub(crate) fn connection_broken(err: &tokio_postgres::Error) -> bool {
+    err.is_closed()
+        || match err.code() {
+            None => true,
+            Some(code) => {
+                code.code().starts_with("08")
+                    || *code == SqlState::ADMIN_SHUTDOWN
+                    || *code == SqlState::CRASH_SHUTDOWN
+                    || *code == SqlState::CANNOT_CONNECT_NOW
+            }
+        }
+}
+
 /// Maps a failure to get a connection from the pool.
 pub(crate) fn from_pool(what: &str, err: PoolError) -> EventStorageError {
     match err {

@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::builder::PostgresEventStorageBuilder;
-use crate::error::{from_pg, from_pool};
+use crate::error::{connection_broken, from_pg, from_pool};
 use crate::ops::{self, Statements};
 use crate::prefix::TablePrefix;
 
@@ -230,7 +230,8 @@ impl PostgresEventStorage {
                 Some(client) => run(client, sql, params).await,
                 None => return Err(EventStorageError::internal("no connection")),
             };
-            checkout.in_flight = false;
+            // A connection that broke is dropped here rather than offered to the next caller.
+            checkout.in_flight = matches!(&result, Err(e) if connection_broken(e));
             result.map_err(|e| from_pg(what, e))
         };
         match tokio::time::timeout(timeout, work).await {
@@ -255,8 +256,9 @@ async fn run(
 }
 
 /// A pooled connection checked out for one statement. If the call is abandoned while the
-/// statement is in flight (a timeout, a dropped future), the connection is taken out of the
-/// pool and closed instead of being handed to the next caller with an answer still pending.
+/// statement is in flight (a timeout, a dropped future), or the connection broke, the
+/// connection is taken out of the pool and closed instead of being handed to the next caller
+/// with an answer still pending or a dead socket.
 struct Checkout {
     object: Option<Object>,
     in_flight: bool,

@@ -1,0 +1,589 @@
+//! Contention, waiting, dropped connections, timeouts and a server restart, against real
+//! servers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use support::{LOCK_KEY_SQL, admin, builder, fresh_prefix, fresh_storage};
+use tenure_ports::{
+    EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus, Timestamp,
+};
+use tenure_postgres::{PostgresEventStorage, SchemaMode};
+use tenure_tck::history::{self, Call};
+use tokio::time::Instant;
+
+/// Holds the advisory lock of `lease` (as the lease functions take it) in an open transaction
+/// on a connection of its own, until `release` is sent.
+async fn hold_lease_lock(
+    prefix: &str,
+    lease: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<SystemTime>,
+) {
+    let mut client = admin().await;
+    let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let (prefix, lease) = (prefix.to_owned(), lease.to_owned());
+    let handle = tokio::spawn(async move {
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
+            &[&prefix, &lease],
+        )
+        .await
+        .unwrap();
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.await;
+        let released_at: SystemTime = tx
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        tx.commit().await.unwrap();
+        released_at
+    });
+    locked_rx.await.unwrap();
+    (release_tx, handle)
+}
+
+/// Waits until a lease call under `prefix` is waiting on a lock on the server; its pid.
+async fn waiting_backend(prefix: &str) -> i32 {
+    let client = admin().await;
+    let pattern = format!("%{prefix}request_lease_v1%");
+    for _ in 0..500 {
+        if let Some(row) = client
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity \
+                  WHERE wait_event_type = 'Lock' AND query LIKE $1 LIMIT 1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+        {
+            return row.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no lease call under {prefix} ever waited on the lock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_it_decides() {
+    let (storage, guard) = fresh_storage().await;
+    let ttl = Duration::from_secs(1);
+    let first = storage
+        .request_lease(&LeaseRequest::new("l", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(first.status, LeaseStatus::Leader);
+
+    let (release, holder) = hold_lease_lock(guard.prefix(), "l").await;
+    let waiting = tokio::spawn({
+        let storage = storage.clone();
+        async move {
+            storage
+                .request_lease(&LeaseRequest::new("l", "b", 0, ttl))
+                .await
+        }
+    });
+    waiting_backend(guard.prefix()).await;
+    // Keep b waiting well past a's ttl, then let it in.
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "b did not wait on the lock");
+    release.send(()).unwrap();
+    let released_at = Timestamp::from_system_time(holder.await.unwrap()).unwrap();
+    let answer = waiting.await.unwrap().unwrap();
+
+    // a's lease had expired when b got the lock: b takes over, with the time it decided at.
+    assert_eq!(answer.status, LeaseStatus::Leader);
+    assert_eq!(answer.lease.owner, "b");
+    assert_eq!(answer.fencing_token.get(), 2);
+    assert!(
+        answer.lease.acquired_at >= released_at,
+        "b decided with a clock read before the lock: {} < {}",
+        answer.lease.acquired_at,
+        released_at
+    );
+    assert!(answer.lease.acquired_at >= first.lease.heartbeat_at.saturating_add(ttl));
+    // And the heartbeat written is the same instant.
+    assert_eq!(answer.lease.heartbeat_at, answer.lease.acquired_at);
+    let contenders = storage.get_lease_contenders("l").await.unwrap();
+    assert_eq!(
+        contenders.len(),
+        1,
+        "a's registration expired too: {contenders:?}"
+    );
+    assert_eq!(contenders[0].last_seen, answer.lease.heartbeat_at);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds() {
+    let guard = fresh_prefix();
+    let storage = builder(&guard).pool_size(1).build().await.unwrap();
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
+    storage.request_lease(&request).await.unwrap();
+
+    let (release, holder) = hold_lease_lock(guard.prefix(), "l").await;
+    let call = tokio::spawn({
+        let storage = storage.clone();
+        let request = request.clone();
+        async move { storage.request_lease(&request).await }
+    });
+    let pid = waiting_backend(guard.prefix()).await;
+    let killed: bool = admin()
+        .await
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    let err = call.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, EventStorageError::Unavailable { .. }),
+        "{err:?}"
+    );
+    release.send(()).unwrap();
+    holder.await.unwrap();
+
+    // The pool (of one connection) replaces the dead connection by itself.
+    let again = storage.request_lease(&request).await.unwrap();
+    assert_eq!(again.status, LeaseStatus::Leader);
+    assert_eq!(again.fencing_token.get(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_is_unavailable_in_time_and_the_pool_recovers() {
+    let guard = fresh_prefix();
+    let timeout = Duration::from_millis(300);
+    let storage = builder(&guard)
+        .pool_size(1)
+        .call_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
+    storage.request_lease(&request).await.unwrap();
+
+    let (release, holder) = hold_lease_lock(guard.prefix(), "l").await;
+    let started = std::time::Instant::now();
+    let err = storage.request_lease(&request).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(err.is_unconfirmed(), "{err:?}");
+    assert!(elapsed >= timeout, "{elapsed:?}");
+    assert!(
+        elapsed < timeout + Duration::from_millis(700),
+        "hung past the timeout: {elapsed:?}"
+    );
+    // Other leases go on while that one is stuck (the abandoned connection was not reused).
+    let other = LeaseRequest::new("other", "a", 0, Duration::from_secs(30));
+    assert_eq!(
+        storage.request_lease(&other).await.unwrap().status,
+        LeaseStatus::Leader
+    );
+    release.send(()).unwrap();
+    holder.await.unwrap();
+    assert_eq!(
+        storage.request_lease(&request).await.unwrap().status,
+        LeaseStatus::Leader
+    );
+}
+
+#[tokio::test]
+async fn exhausted_tokens_are_an_internal_error_that_writes_nothing() {
+    let (storage, guard) = fresh_storage().await;
+    let p = guard.prefix();
+    admin()
+        .await
+        .execute(
+            &format!(
+                "INSERT INTO {p}leases VALUES ('l', 'a', 0, 9223372036854775807, \
+                 now() - interval '1 hour', now() - interval '1 hour', 1000)"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let err = storage
+        .request_lease(&LeaseRequest::new("l", "b", 0, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EventStorageError::Internal { .. }), "{err:?}");
+    assert!(err.to_string().contains("exhausted"), "{err}");
+    assert!(storage.get_lease_contenders("l").await.unwrap().is_empty());
+    let snapshot = storage.get_leases().await.unwrap();
+    assert_eq!(snapshot.get("l").unwrap().owner, "a");
+}
+
+#[tokio::test]
+async fn invalid_input_is_refused_before_anything_is_written() {
+    let (storage, guard) = fresh_storage().await;
+    for request in [
+        LeaseRequest::new("", "a", 0, Duration::from_secs(1)),
+        LeaseRequest::new("l", "a\u{0}b", 0, Duration::from_secs(1)),
+        LeaseRequest::new("l", "x".repeat(256), 0, Duration::from_secs(1)),
+        LeaseRequest::new("l", "a", 0, Duration::from_micros(999)),
+        LeaseRequest::new("l", "a", 0, Duration::from_secs(7 * 86_400 + 1)),
+    ] {
+        let err = storage.request_lease(&request).await.unwrap_err();
+        assert!(
+            matches!(err, EventStorageError::InvalidRequest(_)),
+            "{err:?}"
+        );
+    }
+    assert!(matches!(
+        storage.release_lease("l", "").await,
+        Err(EventStorageError::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        storage.get_lease_contenders("\u{7}").await,
+        Err(EventStorageError::InvalidRequest(_))
+    ));
+    let rows: i64 = admin()
+        .await
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {p}leases) + (SELECT count(*) FROM {p}lease_contenders)",
+                p = guard.prefix()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn names_travel_as_parameters_whatever_they_contain() {
+    let (storage, _guard) = fresh_storage().await;
+    let names = ["l'; DROP TABLE x; --", "naïve ünïcödé", "$1", "%_\\"];
+    for name in names {
+        let response = storage
+            .request_lease(&LeaseRequest::new(name, name, 0, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert_eq!(response.lease.lease_name, name);
+        assert_eq!(response.lease.owner, name);
+    }
+    let snapshot = storage.get_leases().await.unwrap();
+    let mut expected: Vec<&str> = names.to_vec();
+    expected.sort_unstable();
+    let listed: Vec<&str> = snapshot
+        .leases
+        .iter()
+        .map(|l| l.lease_name.as_str())
+        .collect();
+    assert_eq!(listed, expected, "get_leases is ordered by name (bytes)");
+}
+
+/// A tiny deterministic generator, so that each contender behaves differently.
+struct XorShift(u64);
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_contenders_over_four_pools_never_share_a_token_or_a_live_lease() {
+    const LEASES: [&str; 2] = ["hot-0", "hot-1"];
+    let run_for = Duration::from_secs(10);
+    let ttl = Duration::from_millis(200);
+
+    let guard = fresh_prefix();
+    let mut storages = vec![builder(&guard).pool_size(8).build().await.unwrap()];
+    for _ in 1..4 {
+        storages.push(
+            builder(&guard)
+                .pool_size(8)
+                .schema_mode(SchemaMode::Validate)
+                .build()
+                .await
+                .unwrap(),
+        );
+    }
+    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+    let released: Arc<Mutex<HashSet<(String, u64)>>> = Arc::default();
+    let deadline = Instant::now() + run_for;
+    let mut tasks = Vec::new();
+    for i in 0..32u64 {
+        let storage: PostgresEventStorage = storages[(i % 4) as usize].clone();
+        let (calls, released) = (calls.clone(), released.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("c{i}");
+            let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (i + 1).wrapping_mul(0x2545_F491));
+            while Instant::now() < deadline {
+                let lease = LEASES[rng.below(2) as usize];
+                let request = LeaseRequest::new(lease, &owner, (i % 3) as i64, ttl);
+                let invoked = Instant::now();
+                let result = storage.request_lease(&request).await;
+                calls.lock().unwrap().push(Call {
+                    lease_name: lease.to_owned(),
+                    owner: owner.clone(),
+                    invoked,
+                    completed: Instant::now(),
+                    response: result.as_ref().ok().cloned(),
+                });
+                if let Ok(response) = result
+                    && response.status.holds_lease()
+                {
+                    match rng.below(20) {
+                        // Hand over, as a step-down or a shutdown would.
+                        0 | 1 => {
+                            released
+                                .lock()
+                                .unwrap()
+                                .insert((lease.to_owned(), response.fencing_token.get()));
+                            storage.release_lease(lease, &owner).await.unwrap();
+                        }
+                        // Stall past the ttl, as a paused process would.
+                        2 => tokio::time::sleep(ttl + Duration::from_millis(20)).await,
+                        _ => {}
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(rng.below(8))).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let calls = calls.lock().unwrap().clone();
+    let released = released.lock().unwrap().clone();
+
+    // The kit's checks on the callers' clocks: tokens never shared, never backwards, holder
+    // continuity.
+    let report = history::check(&calls, &[], &[]);
+    println!("contention: {report}");
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.failed_calls, 0);
+    assert!(
+        report.calls > 1000,
+        "too few calls to mean anything: {report}"
+    );
+
+    // On the storage's clock: tokens run 1, 2, 3, … without gaps; a tenure is never renewed
+    // after the next one began; and a tenure that was not released had expired before the
+    // next one began. So no two owners ever held a live lease at once.
+    for lease in LEASES {
+        #[derive(Debug)]
+        struct Tenure {
+            owner: String,
+            acquired_at: Timestamp,
+            last_heartbeat: Timestamp,
+            ttl: Duration,
+        }
+        let mut tenures: BTreeMap<u64, Tenure> = BTreeMap::new();
+        let holders = calls
+            .iter()
+            .filter(|c| c.lease_name == lease)
+            .filter_map(|c| c.response.as_ref())
+            .filter(|r: &&LeaseResponse| r.status.holds_lease());
+        for response in holders {
+            let l = &response.lease;
+            let t = tenures.entry(l.fencing_token.get()).or_insert(Tenure {
+                owner: l.owner.to_string(),
+                acquired_at: l.acquired_at,
+                last_heartbeat: l.heartbeat_at,
+                ttl: l.ttl,
+            });
+            assert_eq!(
+                t.owner,
+                l.owner.as_str(),
+                "token {} of {lease}",
+                l.fencing_token
+            );
+            assert_eq!(t.acquired_at, l.acquired_at);
+            if l.heartbeat_at > t.last_heartbeat {
+                t.last_heartbeat = l.heartbeat_at;
+                t.ttl = l.ttl;
+            }
+        }
+        let tokens: Vec<u64> = tenures.keys().copied().collect();
+        assert_eq!(
+            tokens,
+            (1..=tokens.len() as u64).collect::<Vec<_>>(),
+            "{lease}: tokens have gaps"
+        );
+        assert!(
+            tokens.len() > 5,
+            "{lease}: too few handovers: {}",
+            tokens.len()
+        );
+        for (token, next) in tokens.iter().zip(tokens.iter().skip(1)) {
+            let (a, b) = (&tenures[token], &tenures[next]);
+            assert!(
+                a.last_heartbeat <= b.acquired_at,
+                "{lease}: tenure {token} renewed after tenure {next} began: {a:?} {b:?}"
+            );
+            if !released.contains(&(lease.to_owned(), *token)) {
+                assert!(
+                    a.last_heartbeat.saturating_add(a.ttl) <= b.acquired_at,
+                    "{lease}: tenure {next} began while tenure {token} was live: {a:?} {b:?}"
+                );
+            }
+        }
+        println!("contention: {lease}: {} tenures", tokens.len());
+    }
+}
+
+/// A throwaway cluster of our own, so that the server can be stopped and started without
+/// disturbing anybody else's tests.
+struct Cluster {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    /// `None` (after printing why) where PostgreSQL's binaries are not installed locally.
+    fn create() -> Option<Cluster> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())?;
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            listener.local_addr().ok()?.port()
+        };
+        let dir = std::env::temp_dir().join(tenure_pg_test::unique_name("tenure_cluster"));
+        std::fs::create_dir_all(&dir).ok()?;
+        let cluster = Cluster { dir, bin, port };
+        if is_root() {
+            // initdb and postgres refuse to run as root.
+            let _ = std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&cluster.dir)
+                .status();
+        }
+        let ok = cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-N",
+            ],
+        );
+        ok.then_some(cluster)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> bool {
+        let program = self.bin.join(tool);
+        let mut command = if is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
+        command
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn start(&self) -> bool {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("log").display().to_string();
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-o",
+                &options,
+                "-l",
+                &log,
+                "-w",
+                "start",
+            ],
+        )
+    }
+
+    fn stop(&self) -> bool {
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        )
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+/// Whether the tests run as root (then the cluster's tools run as `postgres`).
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself() {
+    let Some(cluster) = Cluster::create() else {
+        println!("skipped: a_server_restart: no local PostgreSQL binaries to make a cluster");
+        return;
+    };
+    assert!(cluster.start(), "starting the throwaway cluster");
+    let storage = PostgresEventStorage::builder()
+        .url(cluster.url())
+        .pool_size(2)
+        .call_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(60));
+    let first = storage.request_lease(&request).await.unwrap();
+    assert_eq!(first.status, LeaseStatus::Leader);
+
+    assert!(cluster.stop());
+    let started = std::time::Instant::now();
+    let err = storage.request_lease(&request).await.unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    assert!(cluster.start(), "restarting the throwaway cluster");
+    // The pool noticed its connections died and opens new ones: the next call succeeds.
+    let answer = storage.request_lease(&request).await.unwrap();
+    assert_eq!(
+        answer.fencing_token, first.fencing_token,
+        "the token survived the restart"
+    );
+    assert_eq!(answer.status, LeaseStatus::Leader);
+}
