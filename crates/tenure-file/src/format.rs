@@ -122,8 +122,9 @@ pub(crate) enum EncodeError {
     Json(serde_json::Error),
 }
 
-/// Frames `change` into `out` (cleared first): frame header, then payload.
-pub(crate) fn encode(change: Change<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+/// Frames `change` into `out` (cleared first): frame header, then payload of at most `max`
+/// bytes (at most [`MAX_RECORD_BYTES`]).
+pub(crate) fn encode(change: Change<'_>, max: usize, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     out.clear();
     out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
     let record = RecordRef::from_change(change);
@@ -131,7 +132,7 @@ pub(crate) fn encode(change: Change<'_>, out: &mut Vec<u8>) -> Result<(), Encode
     let payload_len = out.len() - FRAME_HEADER_LEN;
     let len = u32::try_from(payload_len)
         .ok()
-        .filter(|_| payload_len <= MAX_RECORD_BYTES)
+        .filter(|_| payload_len <= max.min(MAX_RECORD_BYTES))
         .ok_or(EncodeError::TooLarge(payload_len))?;
     let len_bytes = len.to_le_bytes();
     let crc = record_crc(len_bytes, &out[FRAME_HEADER_LEN..]);
@@ -354,7 +355,7 @@ mod tests {
             events: std::slice::from_ref(&event),
             idempotency_key: Some("k"),
         };
-        encode(change, &mut buf).unwrap();
+        encode(change, MAX_RECORD_BYTES, &mut buf).unwrap();
         let header = FrameHeader::parse(buf[..8].try_into().unwrap());
         let len = header.plausible_len().unwrap();
         assert_eq!(len, buf.len() - 8);

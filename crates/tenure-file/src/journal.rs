@@ -110,6 +110,8 @@ pub(crate) struct JournalState {
     /// The length of the file's whole records: where the next record starts.
     end: u64,
     durability: Durability,
+    /// The largest payload written.
+    max_record_bytes: usize,
     /// Set when a failure left the file in a state this process cannot vouch for.
     failed: Option<String>,
     /// The frame being written, kept to reuse its allocation.
@@ -125,12 +127,14 @@ impl JournalState {
         file: Box<dyn LogFile>,
         end: u64,
         durability: Durability,
+        max_record_bytes: usize,
     ) -> Self {
         JournalState {
             path,
             file: Some(file),
             end,
             durability,
+            max_record_bytes,
             failed: None,
             buf: Vec::new(),
         }
@@ -153,14 +157,14 @@ impl JournalState {
             // Do not keep the memory of one huge append for the storage's whole life.
             self.buf = Vec::new();
         }
-        match format::encode(change, &mut self.buf) {
+        match format::encode(change, self.max_record_bytes, &mut self.buf) {
             Ok(()) => {}
             Err(EncodeError::TooLarge(len)) => {
                 return Err(ValidationError::new(
                     Field::Events,
                     Reason::TooLong {
                         len,
-                        max: MAX_RECORD_BYTES,
+                        max: self.max_record_bytes.min(MAX_RECORD_BYTES),
                     },
                 )
                 .into());

@@ -62,6 +62,9 @@ mod journal;
 mod options;
 pub mod recovery;
 
+#[cfg(test)]
+mod fault_tests;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -133,6 +136,7 @@ impl FileEventStorage {
             wrap(file),
             recovered.report.bytes,
             options.durability,
+            options.max_record_bytes,
         )));
         let memory = MemoryEventStorage::with_journal(
             options.clock,

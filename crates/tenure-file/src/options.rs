@@ -42,6 +42,9 @@ pub struct FileOptions {
     pub(crate) durability: Durability,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) truncate_damage: bool,
+    /// The largest record written: [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES), lowered by
+    /// tests.
+    pub(crate) max_record_bytes: usize,
 }
 
 impl FileOptions {
@@ -52,6 +55,7 @@ impl FileOptions {
             durability: Durability::Fsync,
             clock: Arc::new(SystemClock::new()),
             truncate_damage: false,
+            max_record_bytes: crate::MAX_RECORD_BYTES,
         }
     }
 
