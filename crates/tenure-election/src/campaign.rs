@@ -186,10 +186,12 @@ impl Campaign {
         self.state.send_replace(LeadershipState::Unknown);
     }
 
-    /// Publishes `next`, logging the transition from the current state.
+    /// Publishes `next`, logging the transition from the current state first, so that the
+    /// log tells a transition before anything that reacts to it.
     fn publish(&self, next: LeadershipState) {
-        let previous = self.state.send_replace(next.clone());
+        let previous = self.state.borrow().clone();
         log_transition(&self.config, &previous, &next);
+        self.state.send_replace(next);
     }
 
     /// Ends any tenure, then releases the lease (withdrawing the registration too).

@@ -1,0 +1,279 @@
+//! The demo's voice: numbered chapters, and one timestamped line per event.
+//!
+//! The elector's own `tracing` events are turned into sentences by [`NarrationLayer`], so what
+//! is told is exactly what the elector did, in the order it did it, with nothing missed.
+
+use std::fmt::{self, Write as _};
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+
+/// Prints the story to standard output. Lines are written whole, under one lock.
+#[derive(Debug)]
+pub struct Narrator {
+    start: Instant,
+    out: Mutex<()>,
+    /// Whether renewals are told (only while they are the point).
+    show_renewals: AtomicBool,
+    tenures: Mutex<Vec<Tenure>>,
+}
+
+/// One tenure as it was told: who, which token, from when to when, how it ended.
+#[derive(Clone, Debug)]
+pub struct Tenure {
+    pub owner: String,
+    pub token: u64,
+    pub from: Duration,
+    pub until: Option<Duration>,
+    pub ended: &'static str,
+    pub step_down_requested: bool,
+}
+
+impl Narrator {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Narrator {
+            start: Instant::now(),
+            out: Mutex::new(()),
+            show_renewals: AtomicBool::new(false),
+            tenures: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Time since the story began.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub fn show_renewals(&self, show: bool) {
+        self.show_renewals.store(show, Ordering::Relaxed);
+    }
+
+    /// A line about `who`: `[ 0.012s] replica-b  elected leader (token 1)`.
+    pub fn say(&self, who: &str, what: impl fmt::Display) {
+        let at = self.elapsed().as_secs_f64();
+        self.print(&format!("[{at:6.3}s] {who:<10} {what}\n"));
+    }
+
+    /// A chapter heading and the few lines that say what it shows.
+    pub fn chapter(&self, number: u32, title: &str, explanation: &[&str]) {
+        let mut text = format!("\nChapter {number}: {title}\n");
+        for line in explanation {
+            let _ = writeln!(text, "  {line}");
+        }
+        self.print(&text);
+    }
+
+    /// Plain text, as it is.
+    pub fn text(&self, text: &str) {
+        self.print(text);
+    }
+
+    /// Every tenure told so far.
+    pub fn tenures(&self) -> Vec<Tenure> {
+        self.tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Marks the open tenure of `owner` as ended now, for a reason the elector cannot log
+    /// itself (a crash, a freeze).
+    pub fn end_tenure(&self, owner: &str, ended: &'static str) {
+        let now = self.elapsed();
+        let mut tenures = self.tenures.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = tenures
+            .iter_mut()
+            .rev()
+            .find(|t| t.owner == owner && t.until.is_none())
+        {
+            t.until = Some(now);
+            t.ended = ended;
+        }
+    }
+
+    fn begin_tenure(&self, owner: &str, token: u64) {
+        let from = self.elapsed();
+        self.tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Tenure {
+                owner: owner.to_owned(),
+                token,
+                from,
+                until: None,
+                ended: "still leading",
+                step_down_requested: false,
+            });
+    }
+
+    fn note_step_down(&self, owner: &str) {
+        let mut tenures = self.tenures.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = tenures
+            .iter_mut()
+            .rev()
+            .find(|t| t.owner == owner && t.until.is_none())
+        {
+            t.step_down_requested = true;
+        }
+    }
+
+    fn stepped_down(&self, owner: &str) -> bool {
+        let tenures = self.tenures.lock().unwrap_or_else(PoisonError::into_inner);
+        tenures
+            .iter()
+            .rev()
+            .find(|t| t.owner == owner && t.until.is_none())
+            .is_some_and(|t| t.step_down_requested)
+    }
+
+    fn print(&self, text: &str) {
+        let _guard = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (`tenure demo | head`) must not panic the demo.
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// Turns the elector's `tracing` events into lines of the story.
+pub struct NarrationLayer {
+    narrator: Arc<Narrator>,
+}
+
+impl NarrationLayer {
+    pub fn new(narrator: Arc<Narrator>) -> Self {
+        NarrationLayer { narrator }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for NarrationLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if !event.metadata().target().starts_with("tenure_election") {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let (Some(owner), Some(transition)) =
+            (fields.owner.as_deref(), fields.transition.as_deref())
+        else {
+            return;
+        };
+        let token = fields.token.unwrap_or(0);
+        let n = &self.narrator;
+        let line = match transition {
+            "acquired" => {
+                n.begin_tenure(owner, token);
+                if fields.step_down_requested {
+                    format!("elected leader (token {token}), and asked to step down at once")
+                } else {
+                    format!("elected leader (token {token})")
+                }
+            }
+            "renewed" if n.show_renewals.load(Ordering::Relaxed) => format!(
+                "renewed the lease (token {token}): leader for {:.2}s more, unless renewed again",
+                Duration::from_millis(fields.valid_for_ms.unwrap_or(0)).as_secs_f64()
+            ),
+            "step_down_requested" => {
+                n.note_step_down(owner);
+                format!(
+                    "asked to step down: a contender with a higher priority is waiting (token {token})"
+                )
+            }
+            "step_down_withdrawn" => format!("step-down no longer requested (token {token})"),
+            "released" => {
+                let ended = if n.stepped_down(owner) {
+                    "handed over on request"
+                } else {
+                    "released on shutdown"
+                };
+                n.end_tenure(owner, ended);
+                format!("released the lease (token {token})")
+            }
+            "lost" => {
+                n.end_tenure(owner, "lost");
+                match fields.reason.as_deref() {
+                    Some("lapsed") => format!(
+                        "stopped leading: no renewal confirmed within the ttl (token {token})"
+                    ),
+                    Some("taken_over") => format!(
+                        "lost the lease to {} (token {})",
+                        fields.holder.as_deref().unwrap_or("another contender"),
+                        fields.holder_token.unwrap_or(0)
+                    ),
+                    _ => format!("lost the lease (token {token})"),
+                }
+            }
+            "standby" => format!(
+                "standing by (leader {}, token {})",
+                fields.holder.as_deref().unwrap_or("?"),
+                fields.holder_token.unwrap_or(0)
+            ),
+            "renewal_failed" | "unknown" | "release_failed" => format!(
+                "storage call failed: {}",
+                fields.error.as_deref().unwrap_or("unknown error")
+            ),
+            _ => return,
+        };
+        n.say(owner, line);
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    owner: Option<String>,
+    transition: Option<String>,
+    reason: Option<String>,
+    holder: Option<String>,
+    error: Option<String>,
+    token: Option<u64>,
+    holder_token: Option<u64>,
+    valid_for_ms: Option<u64>,
+    step_down_requested: bool,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.text(field, value.to_owned());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match field.name() {
+            "token" => self.token = Some(value),
+            "holder_token" => self.holder_token = Some(value),
+            "valid_for_ms" => self.valid_for_ms = Some(value),
+            _ => {}
+        }
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.record_u64(field, u64::try_from(value).unwrap_or(u64::MAX));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if field.name() == "step_down_requested" {
+            self.step_down_requested = value;
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.text(field, format!("{value:?}"));
+    }
+}
+
+impl Fields {
+    fn text(&mut self, field: &Field, value: String) {
+        match field.name() {
+            "owner" => self.owner = Some(value),
+            "transition" => self.transition = Some(value),
+            "reason" => self.reason = Some(value),
+            "holder" => self.holder = Some(value),
+            "error" => self.error = Some(value),
+            _ => {}
+        }
+    }
+}
