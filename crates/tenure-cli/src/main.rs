@@ -274,12 +274,15 @@ fn usage_error(error: &clap::Error) -> ExitCode {
             }
         }
         _ => {
+            // The message is the first paragraph (a list of missing arguments included).
             let rendered = error.render().to_string();
-            let first = rendered
+            let paragraph: Vec<&str> = rendered
                 .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .map(str::trim)
+                .take_while(|line| !line.is_empty())
+                .collect();
+            let first = paragraph.join(" ");
+            let first = first.trim_start_matches("error: ");
             eprintln!(
                 "tenure: error: {} (see tenure --help)",
                 backend::scrub(first)

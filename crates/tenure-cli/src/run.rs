@@ -100,7 +100,7 @@ pub async fn run(options: RunOptions) -> anyhow::Result<ExitCode> {
         lease = elector.wait_for_leadership() => lease?,
         signal = signals.recv() => {
             release(&elector).await;
-            note(format_args!("{} while standing by; withdrew from the election", signal.name()));
+            note(format_args!("received {} while standing by; withdrew from the election", signal.name()));
             return Ok(ExitCode::from(128 + signal.number()));
         }
     };
@@ -231,7 +231,7 @@ async fn supervise(
                 }
             }
             signal = signals.recv() => {
-                note(format_args!("{}: stopping the command (SIGTERM)", signal.name()));
+                note(format_args!("received {}: stopping the command (SIGTERM)", signal.name()));
                 send(Signal::SIGTERM);
                 terminated = true;
                 kill_at.get_or_insert(Instant::now() + grace);

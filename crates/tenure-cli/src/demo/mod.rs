@@ -36,6 +36,11 @@ pub struct DemoOptions {
 /// checks find two overlapping tenures, a token that went backwards, or a misplaced write.
 pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Result<()> {
     let ttl = options.ttl;
+    // Refuse a ttl the elector cannot run with before telling anything.
+    tenure_election::ElectorConfig::new(options.lease.as_str(), ttl)
+        .with_owner("replica-a")
+        .validate()
+        .context("invalid --ttl")?;
     let poll = ttl / 3;
     let setup = Setup {
         storage: Arc::clone(&options.storage),

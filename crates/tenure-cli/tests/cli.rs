@@ -1,0 +1,188 @@
+//! The small commands, and how `tenure` fails: one line on stderr, a non-zero exit, no panic,
+//! no password.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
+
+fn tenure(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("TENURE_DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// A failure: non-zero exit, exactly one line on stderr, nothing on stdout.
+fn assert_one_line_failure(output: &Output, code: i32) -> String {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line, got: {stderr}");
+    assert!(stderr.starts_with("tenure: error: "), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"));
+    assert!(output.stdout.is_empty());
+    stderr
+}
+
+#[test]
+fn usage_errors_are_one_line() {
+    let stderr = assert_one_line_failure(&tenure(&["demo", "--ttl", "2"]), 2);
+    assert!(stderr.contains("no unit"), "{stderr}");
+    assert_one_line_failure(&tenure(&["frobnicate"]), 2);
+    assert_one_line_failure(&tenure(&["run", "--lease", "x"]), 2);
+    let stderr = assert_one_line_failure(&tenure(&["demo", "--ttl", "5ms"]), 1);
+    assert!(stderr.contains("ttl"), "{stderr}");
+}
+
+#[test]
+fn help_and_version_succeed() {
+    let help = tenure(&["--help"]);
+    assert!(help.status.success());
+    let help = text(&help.stdout);
+    for command in ["demo", "run", "leases", "ddl", "schema"] {
+        assert!(help.contains(command), "{help}");
+    }
+    assert!(!help.contains("__guard"));
+    assert!(tenure(&["--version"]).status.success());
+}
+
+#[test]
+fn ddl_prints_the_tables_of_a_prefix_and_refuses_a_bad_one() {
+    let output = tenure(&["ddl", "--prefix", "billing_"]);
+    assert!(output.status.success());
+    let sql = text(&output.stdout);
+    assert!(
+        sql.contains("CREATE TABLE IF NOT EXISTS billing_leases"),
+        "{sql}"
+    );
+    assert!(sql.contains("billing_lease_contenders"));
+    assert_one_line_failure(&tenure(&["ddl", "--prefix", "x; DROP TABLE y"]), 1);
+}
+
+#[test]
+fn a_password_never_appears_in_errors() {
+    let secret = "s3cr3t-Pa55";
+    for url in [
+        format!("postgres://app:{secret}@127.0.0.1:1/app"),
+        format!("postgres://app:{secret}@127.0.0.1:notaport/app"),
+        format!("host=127.0.0.1 port=1 user=app password={secret}"),
+    ] {
+        for args in [
+            vec!["leases", "--database-url", url.as_str()],
+            vec!["schema", "validate", "--database-url", url.as_str()],
+            vec!["demo", "--ttl", "1s", "--postgres", url.as_str()],
+            vec![
+                "run",
+                "--lease",
+                "l",
+                "--ttl",
+                "1s",
+                "--database-url",
+                url.as_str(),
+                "--",
+                "true",
+            ],
+        ] {
+            let output = tenure(&args);
+            let stderr = assert_one_line_failure(&output, 1);
+            assert!(!stderr.contains(secret), "{args:?} leaked: {stderr}");
+        }
+    }
+    // Through the environment too.
+    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .arg("leases")
+        .env(
+            "TENURE_DATABASE_URL",
+            format!("postgres://app:{secret}@127.0.0.1:1/app"),
+        )
+        .output()
+        .unwrap();
+    let stderr = assert_one_line_failure(&output, 1);
+    assert!(!stderr.contains(secret), "{stderr}");
+    // And a usage error that echoes the argument.
+    let output = tenure(&["leases", &format!("postgres://app:{secret}@h/db")]);
+    let stderr = assert_one_line_failure(&output, 2);
+    assert!(!stderr.contains(secret), "{stderr}");
+}
+
+#[test]
+fn schema_validate_ensure_and_leases() {
+    let server = match server() {
+        Ok(server) => server,
+        Err(message) if std::env::var_os("CI").is_none() => {
+            println!("skipped: {message}");
+            return;
+        }
+        Err(message) => panic!("{message}"),
+    };
+    let prefix = unique_prefix();
+    let _tables = PrefixGuard::new(server.url.clone(), prefix.clone());
+    let db = [
+        "--database-url",
+        server.url.as_str(),
+        "--prefix",
+        prefix.as_str(),
+    ];
+    let with_db = |command: &[&str]| {
+        let args: Vec<&str> = command.iter().chain(db.iter()).copied().collect();
+        tenure(&args)
+    };
+
+    let stderr = assert_one_line_failure(&with_db(&["schema", "validate"]), 1);
+    assert!(
+        stderr.contains(&format!("{prefix}leases is missing")),
+        "{stderr}"
+    );
+    let ensured = with_db(&["schema", "ensure"]);
+    assert!(ensured.status.success(), "{}", text(&ensured.stderr));
+    assert!(with_db(&["schema", "validate"]).status.success());
+    let empty = with_db(&["leases"]);
+    assert!(text(&empty.stdout).starts_with("no leases"));
+
+    // One holder, one lease: run a command that lists the leases while it holds one.
+    let lease = unique_name("listed");
+    let tenure_bin = env!("CARGO_BIN_EXE_tenure");
+    let script = format!("\"{tenure_bin}\" leases --json --prefix {prefix}");
+    let output = Command::new(tenure_bin)
+        .args([
+            "run",
+            "--lease",
+            &lease,
+            "--owner",
+            "lister",
+            "--priority",
+            "-3",
+            "--ttl",
+            "5s",
+        ])
+        .args(db)
+        .args(["--", "sh", "-c", &script])
+        .env("TENURE_DATABASE_URL", &server.url)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let leases = json["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0]["lease_name"], lease.as_str());
+    assert_eq!(leases[0]["owner"], "lister");
+    assert_eq!(leases[0]["fencing_token"], 1);
+    assert_eq!(leases[0]["live"], true);
+    assert_eq!(leases[0]["contenders"][0]["priority"], -3);
+    assert!(json["now"].as_str().unwrap().ends_with('Z'));
+
+    // Released on exit: listed as expired, token kept.
+    let table = text(&with_db(&["leases"]).stdout);
+    assert!(
+        table.contains(&lease) && table.contains("expired"),
+        "{table}"
+    );
+    assert!(table.contains("liveness judged on the database's clock"));
+}

@@ -1,0 +1,274 @@
+//! `tenure run` end to end against PostgreSQL, with competing `tenure run` processes. Each
+//! child records its start (and, if it gets there, its end) in a file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
+
+const TTL: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(333);
+
+struct Scene {
+    url: String,
+    prefix: String,
+    lease: String,
+    log: PathBuf,
+    _tables: PrefixGuard,
+}
+
+impl Scene {
+    fn new() -> Option<Scene> {
+        let server = match server() {
+            Ok(server) => server,
+            Err(message) if std::env::var_os("CI").is_none() => {
+                println!("skipped: {message}");
+                return None;
+            }
+            Err(message) => panic!("{message}"),
+        };
+        let prefix = unique_prefix();
+        let log = std::env::temp_dir().join(format!("{}.log", unique_name("tenure_run")));
+        Some(Scene {
+            url: server.url.clone(),
+            lease: unique_name("job"),
+            _tables: PrefixGuard::new(server.url.clone(), prefix.clone()),
+            prefix,
+            log,
+        })
+    }
+
+    /// Starts `tenure run` as `name`, with a child that appends
+    /// `start <name> <pid> <token> <unix nanos>` to the log, runs `body`, then appends
+    /// `end <name> <unix nanos>`, and exits with `body`'s code.
+    fn run(&self, name: &str, priority: i64, body: &str) -> Child {
+        let script = format!(
+            "echo \"start {name} $$ $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
+             code=$?; echo \"end {name} $(date +%s%N)\" >> \"$1\"; exit $code"
+        );
+        Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args([
+                "run",
+                "--lease",
+                &self.lease,
+                "--owner",
+                name,
+                "--ttl",
+                "1s",
+            ])
+            .args([
+                "--priority",
+                &priority.to_string(),
+                "--prefix",
+                &self.prefix,
+            ])
+            .args(["--", "sh", "-c", &script, "sh"])
+            .arg(&self.log)
+            .env("TENURE_DATABASE_URL", &self.url)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn lines(&self) -> Vec<Line> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(Line::parse)
+            .collect()
+    }
+
+    /// Waits until the log has `count` start lines.
+    fn wait_for_starts(&self, count: usize, limit: Duration) -> Vec<Line> {
+        let began = Instant::now();
+        loop {
+            let lines = self.lines();
+            if lines.iter().filter(|l| l.start).count() >= count {
+                return lines;
+            }
+            assert!(began.elapsed() < limit, "only {lines:?} after {limit:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Line {
+    start: bool,
+    name: String,
+    pid: i32,
+    token: u64,
+    at_nanos: u128,
+}
+
+impl Line {
+    fn parse(text: &str) -> Line {
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        match fields.as_slice() {
+            ["start", name, pid, token, at] => Line {
+                start: true,
+                name: (*name).to_owned(),
+                pid: pid.parse().unwrap(),
+                token: token.parse().unwrap(),
+                at_nanos: at.parse().unwrap(),
+            },
+            ["end", name, at] => Line {
+                start: false,
+                name: (*name).to_owned(),
+                pid: 0,
+                token: 0,
+                at_nanos: at.parse().unwrap(),
+            },
+            _ => panic!("unexpected log line {text:?}"),
+        }
+    }
+}
+
+fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
+    let began = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            panic!("tenure run did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Whether `pid` runs (a zombie, killed but not yet reaped, does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// Every start is followed by its own end before the next start.
+fn assert_one_at_a_time(lines: &[Line]) {
+    for pair in lines.chunks(2) {
+        match pair {
+            [start, end] => {
+                assert!(start.start && !end.start, "interleaved: {lines:?}");
+                assert_eq!(start.name, end.name, "interleaved: {lines:?}");
+            }
+            [start] => assert!(start.start, "{lines:?}"),
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[test]
+fn two_contenders_run_their_commands_one_after_the_other() {
+    let Some(scene) = Scene::new() else { return };
+    let mut a = scene.run("a", 0, "sleep 1; (exit 3)");
+    let mut b = scene.run("b", 0, "sleep 1");
+    let codes = [
+        wait_with_limit(&mut a, Duration::from_secs(15)),
+        wait_with_limit(&mut b, Duration::from_secs(15)),
+    ];
+    let lines = scene.lines();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_one_at_a_time(&lines);
+    // Each exits with its own child's code.
+    let by_name = |name: &str| if name == "a" { 3 } else { 0 };
+    assert_eq!(codes[0].code(), Some(by_name("a")));
+    assert_eq!(codes[1].code(), Some(by_name("b")));
+    // Two tenures, two tokens; the second took over at its next request after the release.
+    assert_eq!((lines[0].token, lines[2].token), (1, 2));
+    let handover =
+        Duration::from_nanos(u64::try_from(lines[2].at_nanos - lines[1].at_nanos).unwrap());
+    println!("handover after a release: {handover:?}");
+    assert!(handover < POLL + Duration::from_millis(300), "{handover:?}");
+}
+
+#[test]
+fn when_the_leader_is_killed_the_standby_takes_over_within_ttl_and_a_poll() {
+    let Some(scene) = Scene::new() else { return };
+    let mut first = scene.run("a", 0, "sleep 60");
+    let started = scene.wait_for_starts(1, Duration::from_secs(10));
+    let mut second = scene.run("b", 0, "sleep 60");
+    // Let the standby register, and the leader renew a few times.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(scene.lines().len(), 1, "only one child runs");
+
+    let killed_at = now_nanos();
+    first.kill().unwrap(); // SIGKILL: no release, no chance to stop the child itself
+    let _ = first.wait();
+    let leader_child = started[0].pid;
+
+    let lines = scene.wait_for_starts(2, Duration::from_secs(10));
+    let took_over = Duration::from_nanos(u64::try_from(lines[1].at_nanos - killed_at).unwrap());
+    println!("the standby's child started {took_over:?} after the leader was killed");
+    assert!(
+        !alive(leader_child),
+        "the killed leader's child was killed by its guard"
+    );
+    assert_eq!((lines[0].name.as_str(), lines[1].name.as_str()), ("a", "b"));
+    assert_eq!(lines[1].token, 2);
+    assert!(
+        took_over >= Duration::from_millis(500),
+        "not before the lease could expire"
+    );
+    assert!(
+        took_over <= TTL + POLL,
+        "within ttl + one poll interval: {took_over:?}"
+    );
+
+    // SIGTERM to `tenure run`: it stops its child, releases, and reports the child's end.
+    kill(
+        Pid::from_raw(i32::try_from(second.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut second, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(143), "sh was ended by SIGTERM");
+    assert!(!alive(lines[1].pid));
+}
+
+#[test]
+fn a_higher_priority_contender_makes_the_leader_stop_its_command_and_hand_over() {
+    let Some(scene) = Scene::new() else { return };
+    let mut low = scene.run("low", 0, "sleep 60");
+    scene.wait_for_starts(1, Duration::from_secs(10));
+    let mut high = scene.run("high", 10, "sleep 0.2");
+    // The low-priority leader gets SIGTERM on its next renewal and exits; the high-priority
+    // contender takes over at its next request.
+    let low_status = wait_with_limit(&mut low, Duration::from_secs(10));
+    assert_eq!(low_status.code(), Some(143));
+    let high_status = wait_with_limit(&mut high, Duration::from_secs(10));
+    assert_eq!(high_status.code(), Some(0));
+    let lines = scene.lines();
+    let names: Vec<_> = lines.iter().map(|l| (l.start, l.name.as_str())).collect();
+    assert_eq!(names, [(true, "low"), (true, "high"), (false, "high")]);
+    assert!(!alive(lines[0].pid), "the low-priority child was stopped");
+}
