@@ -19,6 +19,8 @@
 
 #![deny(missing_docs)]
 
+pub mod cluster;
+
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::{SocketAddr, TcpStream};

@@ -236,6 +236,14 @@ impl History {
         result
     }
 
+    /// How many lease calls were recorded so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Records a call made elsewhere.
     pub fn record_call(&self, call: Call) {
         self.calls

@@ -1,0 +1,168 @@
+//! A throwaway PostgreSQL cluster of a test's own, which it may restart or crash without
+//! disturbing anybody else's tests.
+//!
+//! It needs PostgreSQL's server binaries (`/usr/lib/postgresql/<version>/bin`, Debian's
+//! layout). `initdb` and `postgres` refuse to run as root, so as root the tools run as the
+//! `postgres` user through `runuser`, in a directory that user owns. The cluster listens on
+//! 127.0.0.1 on a free port, trusts local connections, and is removed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// How to stop a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopMode {
+    /// `pg_ctl -m fast`: clients are disconnected, a checkpoint is written.
+    Fast,
+    /// `pg_ctl -m immediate`: every server process quits at once, as in a crash; the next
+    /// start recovers from the WAL.
+    Immediate,
+}
+
+/// A cluster in a temporary directory. Dropping it stops it and removes the directory.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    /// Creates (`initdb`) a cluster on a free port; it is not started yet.
+    pub fn create() -> Result<Cluster, String> {
+        let bin = server_binaries().ok_or(
+            "no PostgreSQL server binaries under /usr/lib/postgresql/<version>/bin \
+             (install Debian's postgresql package)",
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        let dir = std::env::temp_dir().join(crate::unique_name("tenure_cluster"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let cluster = Cluster { dir, bin, port };
+        if is_root() {
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&cluster.dir))?;
+        }
+        cluster.tool(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-N",
+            ],
+        )?;
+        Ok(cluster)
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    pub fn start(&self) -> Result<(), String> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        self.tool(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-o",
+                &options,
+                "-l",
+                &log,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )
+    }
+
+    /// Stops the server.
+    pub fn stop(&self, mode: StopMode) -> Result<(), String> {
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
+        self.tool(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", mode, "-w", "-t", "60", "stop"],
+        )
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A connection URL for the `postgres` user and database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn tool(&self, tool: &str, args: &[&str]) -> Result<(), String> {
+        let program = self.bin.join(tool);
+        let mut command = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        run(command.args(args))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop(StopMode::Immediate);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let shown = format!("{command:?}");
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{shown} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn server_binaries() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("bin"))
+        .filter(|p| Path::new(p).join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+/// Whether this process runs as root (then the cluster's tools run as `postgres`).
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}

@@ -1,0 +1,25 @@
+//! Tenure's safety evidence under faults, and nothing else: it is not published.
+//!
+//! Leader election is only worth using if it holds when things break. This crate drives
+//! realistic election workloads (16 electors with random priorities, ttls, releases and
+//! paused leaders) against a backend, optionally injects faults into it, records every lease
+//! call, leadership span and fenced write in a [`tenure_tck::history::History`], and returns
+//! the checker's verdict with the counts: calls, faults injected, elections, violations.
+//!
+//! * [`workload`]: the election workload and its report.
+//! * [`recorder`]: a storage wrapper that records every call and can make one owner's calls
+//!   hang, as a paused process or a partition would.
+//! * [`clock`]: a storage clock driven by tokio's clock, so that the in-memory backend runs in
+//!   paused time.
+//! * [`proxy`]: a TCP proxy that stalls or cuts one contender's connections (a partition).
+//! * `tenure_pg_test::cluster`: a throwaway PostgreSQL cluster that a test may restart or crash.
+//!
+//! The tests in `tests/` are the bounded versions that `cargo xtask test` runs; the `stress`
+//! binary (`cargo xtask stress [--minutes N]`) runs the long ones.
+
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod proxy;
+pub mod recorder;
+pub mod workload;

@@ -1,0 +1,313 @@
+//! The election workload against a real PostgreSQL server while faults are injected: killed
+//! connections, a server restarted in fast and in immediate (crash) mode, and a partition of
+//! the leader by a TCP proxy. The pass mark is zero violations; each test prints its counts.
+//!
+//! These are the bounded versions (tens of seconds each); `cargo xtask stress` runs long ones.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
+use tenure_pg_test::cluster::{Cluster, StopMode};
+use tenure_ports::EventStorage;
+use tenure_postgres::PostgresEventStorage;
+use tenure_reliability::proxy::{Link, Proxy};
+use tenure_reliability::workload::{self, WorkloadConfig};
+use tokio::time::Instant;
+
+/// A database of the test's own on `server_url`'s server, dropped at the end.
+struct TempDatabase {
+    server_url: String,
+    name: String,
+}
+
+impl TempDatabase {
+    async fn create(server_url: &str) -> TempDatabase {
+        let name = tenure_pg_test::unique_name("tenure_db");
+        let client = tenure_pg_test::connect(server_url).await.unwrap();
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        TempDatabase {
+            server_url: server_url.to_owned(),
+            name,
+        }
+    }
+
+    fn url(&self) -> String {
+        with_database(&self.server_url, &self.name)
+    }
+}
+
+impl Drop for TempDatabase {
+    fn drop(&mut self) {
+        let _ = tenure_pg_test::execute_detached(
+            &self.server_url,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// `url` pointing at database `name` instead.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    if query.is_empty() {
+        format!("{base}/{name}")
+    } else {
+        format!("{base}/{name}?{query}")
+    }
+}
+
+async fn storage(url: &str, pool_size: usize) -> Arc<PostgresEventStorage> {
+    Arc::new(
+        PostgresEventStorage::builder()
+            .url(url)
+            .pool_size(pool_size)
+            .call_timeout(Duration::from_millis(250))
+            .build()
+            .await
+            .unwrap(),
+    )
+}
+
+fn quick(lease: &str, duration: Duration) -> WorkloadConfig {
+    WorkloadConfig {
+        poll_divisor: 6,
+        max_duration: duration,
+        min_calls: usize::MAX,
+        pause_chance: 0.02,
+        ..WorkloadConfig::standard(lease, usize::MAX)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_while_connections_are_killed() {
+    let server = tenure_pg_test::server().unwrap();
+    let db = TempDatabase::create(&server.url).await;
+    let storage = storage(&db.url(), 8).await;
+
+    // The killer: now and then, terminate one of the workload's connections at random.
+    let stop = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(AtomicU64::new(0));
+    let killer = tokio::spawn({
+        let (stop, kills, url, name) = (
+            Arc::clone(&stop),
+            Arc::clone(&kills),
+            server.url.clone(),
+            db.name.clone(),
+        );
+        async move {
+            let client = tenure_pg_test::connect(&url).await.unwrap();
+            let mut rng = workload::Rng::new(7);
+            while !stop.load(Ordering::Acquire) {
+                tokio::time::sleep(
+                    rng.between(Duration::from_millis(50), Duration::from_millis(400)),
+                )
+                .await;
+                let killed = client
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                          WHERE datname = $1 AND pid <> pg_backend_pid() \
+                          ORDER BY random() LIMIT 1",
+                        &[&name],
+                    )
+                    .await
+                    .map(|rows| rows.len() as u64)
+                    .unwrap_or(0);
+                kills.fetch_add(killed, Ordering::Relaxed);
+            }
+        }
+    });
+
+    let report = workload::run(&quick("killed", Duration::from_secs(20)), storage.clone()).await;
+    stop.store(true, Ordering::Release);
+    killer.await.unwrap();
+    let kills = kills.load(Ordering::Relaxed);
+    println!("postgres workload, connections killed: {kills}; {report}");
+    assert!(kills >= 20, "too few connections were killed: {kills}");
+    assert!(
+        report.history.failed_calls > 0,
+        "no call ever failed: {report}"
+    );
+    assert!(report.history.elections > 5, "{report}");
+    assert!(report.passed(), "{report}");
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_across_server_restarts_fast_and_immediate() {
+    let cluster = Arc::new(Cluster::create().unwrap());
+    cluster.start().unwrap();
+    let storage = storage(&cluster.url(), 8).await;
+
+    let restarts = tokio::spawn({
+        let cluster = Arc::clone(&cluster);
+        async move {
+            for mode in [StopMode::Fast, StopMode::Immediate, StopMode::Immediate] {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let cluster = Arc::clone(&cluster);
+                tokio::task::spawn_blocking(move || {
+                    cluster.stop(mode)?;
+                    std::thread::sleep(Duration::from_millis(500));
+                    cluster.start()
+                })
+                .await
+                .unwrap()
+                .unwrap();
+            }
+        }
+    });
+    let report = workload::run(
+        &quick("restarted", Duration::from_secs(22)),
+        storage.clone(),
+    )
+    .await;
+    restarts.await.unwrap();
+    println!("postgres workload, server restarted 3 times (fast, immediate x2): {report}");
+    // Tokens acknowledged before a restart are never above tokens seen after it: the checker's
+    // real-time monotonicity covers every pair of calls across the restarts.
+    assert!(
+        report.history.failed_calls > 0,
+        "the restarts went unnoticed: {report}"
+    );
+    assert!(report.history.elections > 3, "{report}");
+    assert!(report.passed(), "{report}");
+
+    // After the last crash, the pool has recovered by itself.
+    let after = storage.get_leases().await.unwrap();
+    assert!(!after.leases.is_empty());
+    storage.close().await.unwrap();
+}
+
+/// Starts an elector and waits until it leads.
+async fn leader(storage: Arc<dyn EventStorage>, config: ElectorConfig) -> LeaderElector {
+    let elector = LeaderElector::start(storage, config).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), elector.wait_for_leadership())
+        .await
+        .unwrap()
+        .unwrap();
+    elector
+}
+
+async fn partition(link: Link) {
+    let server = tenure_pg_test::server().unwrap();
+    let db = TempDatabase::create(&server.url).await;
+    let upstream: SocketAddr = {
+        let client = tenure_pg_test::connect(&server.url).await.unwrap();
+        let port: i32 = client
+            .query_one("SELECT inet_server_port()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        format!("127.0.0.1:{port}").parse().unwrap()
+    };
+    let proxy = Proxy::start(upstream).await.unwrap();
+    let via_proxy = {
+        let url = db.url();
+        let after_host = url.split_once('@').map_or(url.as_str(), |(_, rest)| rest);
+        let path = after_host.find('/').map_or("", |i| &after_host[i..]);
+        let user = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('@'))
+            .map_or("postgres", |(user, _)| user);
+        format!("postgres://{user}@{}{path}", proxy.address())
+    };
+    let cut_off = storage(&via_proxy, 2).await;
+    let direct = storage(&db.url(), 4).await;
+
+    let ttl = Duration::from_millis(1500);
+    let poll = ttl / 3;
+    let config = |owner: &str| {
+        ElectorConfig::new("partitioned", ttl)
+            .with_owner(owner)
+            .with_poll_interval(poll)
+    };
+    let a = leader(cut_off.clone(), config("a")).await;
+    let b = LeaderElector::start(direct.clone(), config("b")).unwrap();
+    let c = LeaderElector::start(direct.clone(), config("c")).unwrap();
+    tokio::time::sleep(ttl).await; // b and c are standing by; a has renewed a few times
+
+    let mut a_states = a.subscribe();
+    let valid_until = a
+        .state()
+        .valid_until()
+        .expect("a leads before the partition");
+    let partitioned_at = Instant::now();
+    proxy.set(link);
+
+    // a demotes itself by its own deadline, though its calls hang or fail.
+    tokio::time::timeout(
+        ttl + Duration::from_secs(1),
+        a_states.wait_for(|s| !s.is_leader()),
+    )
+    .await
+    .expect("a never demoted itself")
+    .unwrap();
+    let a_demoted = Instant::now();
+
+    // b or c takes over within ttl plus one poll interval of the partition.
+    let mut b_states = b.subscribe();
+    let mut c_states = c.subscribe();
+    let new_leader = tokio::time::timeout(ttl * 3, async {
+        tokio::select! {
+            s = b_states.wait_for(LeadershipState::is_leader) => ("b", s.map(|s| s.clone())),
+            s = c_states.wait_for(LeadershipState::is_leader) => ("c", s.map(|s| s.clone())),
+        }
+    })
+    .await
+    .expect("nobody took over");
+    let elected = Instant::now();
+    let takeover = elected - partitioned_at;
+    println!(
+        "partition ({link:?}): a demoted itself {:?} after the partition ({:?} before its \
+         deadline), {} elected {:?} after the partition (ttl {:?} + poll {:?} = {:?})",
+        a_demoted - partitioned_at,
+        valid_until.saturating_duration_since(a_demoted),
+        new_leader.0,
+        takeover,
+        ttl,
+        poll,
+        ttl + poll
+    );
+    assert!(
+        a_demoted <= valid_until + Duration::from_millis(20),
+        "a demoted itself {:?} after its deadline",
+        a_demoted - valid_until
+    );
+    assert!(
+        a_demoted < elected,
+        "the new leader was elected before the cut-off leader demoted itself"
+    );
+    // The bound is ttl + one poll interval; scheduling on a loaded 2-core machine gets 250 ms.
+    assert!(
+        takeover <= ttl + poll + Duration::from_millis(250),
+        "takeover took {takeover:?}, more than ttl + poll interval"
+    );
+
+    proxy.set(Link::Up);
+    a.abort();
+    let _ = b.shutdown().await;
+    let _ = c.shutdown().await;
+    cut_off.close().await.unwrap();
+    direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leader_demotes_itself_and_another_takes_over() {
+    partition(Link::Stalled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_leader_demotes_itself_and_another_takes_over() {
+    partition(Link::Cut).await;
+}
