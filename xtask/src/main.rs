@@ -4,6 +4,7 @@
 //!   conformance kit against every backend included), and a summary line per backend.
 //!   This is the README's test command and what `.ci/run` calls.
 //! * `cargo xtask tck [--backend NAME]`: the conformance kit alone, against one backend or all.
+//! * `cargo xtask stress [--minutes N]`: the long reliability run, with its counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
 //! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
 //!
@@ -55,6 +56,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test                    fmt check, clippy -D warnings, every test, the TCK on every backend
   tck [--backend NAME]    the conformance kit alone (backends: memory, postgres, file, partial)
+  stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
   bench file              the file backend's appends against raw write + fsync, and reopening
 ";
@@ -69,6 +71,8 @@ fn main() -> ExitCode {
         ["bench", "postgres"] => {
             cargo(&["bench", "-p", "tenure-postgres", "--bench", "lease_latency"])
         }
+        ["stress"] => stress("10"),
+        ["stress", "--minutes", minutes] => stress(minutes),
         ["bench", "file"] => cargo(&["bench", "-p", "tenure-file", "--bench", "append"]),
         ["help" | "--help" | "-h"] => {
             print!("{USAGE}");
@@ -160,6 +164,21 @@ fn tck(backend: Option<&str>) -> Result<(), String> {
         return Err("the conformance kit failed".into());
     }
     Ok(())
+}
+
+fn stress(minutes: &str) -> Result<(), String> {
+    report_postgres();
+    cargo(&[
+        "run",
+        "--release",
+        "-p",
+        "tenure-reliability",
+        "--bin",
+        "stress",
+        "--",
+        "--minutes",
+        minutes,
+    ])
 }
 
 fn existing_backends() -> impl Iterator<Item = &'static Backend> {

@@ -20,6 +20,9 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+mod database;
+
+pub use database::{TempDatabase, with_database};
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;

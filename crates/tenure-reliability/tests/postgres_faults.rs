@@ -12,61 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
+use tenure_pg_test::TempDatabase;
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::EventStorage;
 use tenure_postgres::PostgresEventStorage;
 use tenure_reliability::proxy::{Link, Proxy};
 use tenure_reliability::workload::{self, WorkloadConfig};
 use tokio::time::Instant;
-
-/// A database of the test's own on `server_url`'s server, dropped at the end.
-struct TempDatabase {
-    server_url: String,
-    name: String,
-}
-
-impl TempDatabase {
-    async fn create(server_url: &str) -> TempDatabase {
-        let name = tenure_pg_test::unique_name("tenure_db");
-        let client = tenure_pg_test::connect(server_url).await.unwrap();
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        TempDatabase {
-            server_url: server_url.to_owned(),
-            name,
-        }
-    }
-
-    fn url(&self) -> String {
-        with_database(&self.server_url, &self.name)
-    }
-}
-
-impl Drop for TempDatabase {
-    fn drop(&mut self) {
-        let _ = tenure_pg_test::execute_detached(
-            &self.server_url,
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
-    }
-}
-
-/// `url` pointing at database `name` instead.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    if query.is_empty() {
-        format!("{base}/{name}")
-    } else {
-        format!("{base}/{name}?{query}")
-    }
-}
 
 async fn storage(url: &str, pool_size: usize) -> Arc<PostgresEventStorage> {
     Arc::new(
@@ -93,7 +45,7 @@ fn quick(lease: &str, duration: Duration) -> WorkloadConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_while_connections_are_killed() {
     let server = tenure_pg_test::server().unwrap();
-    let db = TempDatabase::create(&server.url).await;
+    let db = TempDatabase::create(&server.url).await.unwrap();
     let storage = storage(&db.url(), 8).await;
 
     // The killer: now and then, terminate one of the workload's connections at random.
@@ -104,7 +56,7 @@ async fn workload_while_connections_are_killed() {
             Arc::clone(&stop),
             Arc::clone(&kills),
             server.url.clone(),
-            db.name.clone(),
+            db.name().to_owned(),
         );
         async move {
             let client = tenure_pg_test::connect(&url).await.unwrap();
@@ -201,7 +153,7 @@ async fn leader(storage: Arc<dyn EventStorage>, config: ElectorConfig) -> Leader
 
 async fn partition(link: Link) {
     let server = tenure_pg_test::server().unwrap();
-    let db = TempDatabase::create(&server.url).await;
+    let db = TempDatabase::create(&server.url).await.unwrap();
     let upstream: SocketAddr = {
         let client = tenure_pg_test::connect(&server.url).await.unwrap();
         let port: i32 = client

@@ -1,0 +1,214 @@
+//! The long version of the reliability suite: `cargo xtask stress [--minutes N]`.
+//!
+//! 1. The election workload on the in-memory backend, in paused time, for 1,000,000 calls.
+//! 2. The same workload on PostgreSQL (the server of `TENURE_PG_URL`, or a local one), with
+//!    connections killed at random, until 100,000 calls or half the time is up.
+//! 3. The same on a throwaway cluster that is restarted in fast and in immediate mode every
+//!    20 s, for the rest of the time.
+//!
+//! It prints the counts of each (calls, faults injected, elections, violations) and exits
+//! non-zero if any violation was found.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure_memory::MemoryEventStorage;
+use tenure_pg_test::cluster::{Cluster, StopMode};
+use tenure_postgres::PostgresEventStorage;
+use tenure_reliability::clock::TokioClock;
+use tenure_reliability::workload::{self, Rng, WorkloadConfig, WorkloadReport};
+
+fn main() -> ExitCode {
+    let minutes = match parse_minutes() {
+        Ok(minutes) => minutes,
+        Err(message) => {
+            eprintln!("stress: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let budget = Duration::from_secs_f64(minutes * 60.0);
+    println!("stress: {minutes} minutes of PostgreSQL workloads, after the in-memory one");
+
+    let mut clean = true;
+    match memory() {
+        Ok(report) => clean &= show("memory, paused time", &report),
+        Err(message) => {
+            eprintln!("stress: memory: {message}");
+            clean = false;
+        }
+    }
+    match postgres_killed(budget / 2) {
+        Ok((report, kills)) => {
+            clean &= show(&format!("postgres, {kills} connections killed"), &report)
+        }
+        Err(message) => {
+            eprintln!("stress: postgres: {message}");
+            clean = false;
+        }
+    }
+    match postgres_restarts(budget / 2) {
+        Ok((report, restarts)) => {
+            clean &= show(
+                &format!("postgres, {restarts} server restarts (fast and immediate)"),
+                &report,
+            )
+        }
+        Err(message) => {
+            eprintln!("stress: postgres restarts: {message}");
+            clean = false;
+        }
+    }
+    if clean {
+        println!("stress: zero violations");
+        ExitCode::SUCCESS
+    } else {
+        println!("stress: FAILED");
+        ExitCode::FAILURE
+    }
+}
+
+fn parse_minutes() -> Result<f64, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => Ok(10.0),
+        [flag, value] if flag == "--minutes" => value
+            .parse::<f64>()
+            .ok()
+            .filter(|m| *m > 0.0 && m.is_finite())
+            .ok_or_else(|| format!("--minutes takes a positive number, not {value:?}")),
+        _ => Err("usage: stress [--minutes N]".into()),
+    }
+}
+
+fn show(what: &str, report: &WorkloadReport) -> bool {
+    println!("stress: {what}: {report}");
+    report.passed()
+}
+
+fn memory() -> Result<WorkloadReport, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let storage = Arc::new(MemoryEventStorage::with_clock(Arc::new(TokioClock::new())));
+        Ok(workload::run(&WorkloadConfig::standard("stress", 1_000_000), storage).await)
+    })
+}
+
+fn multi_thread() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn fast_workload(lease: &str, budget: Duration) -> WorkloadConfig {
+    WorkloadConfig {
+        poll_divisor: 20,
+        max_duration: budget,
+        ..WorkloadConfig::standard(lease, 100_000)
+    }
+}
+
+async fn storage(url: &str) -> Result<Arc<PostgresEventStorage>, String> {
+    PostgresEventStorage::builder()
+        .url(url)
+        .pool_size(8)
+        .call_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+fn postgres_killed(budget: Duration) -> Result<(WorkloadReport, u64), String> {
+    multi_thread()?.block_on(async {
+        let server = tenure_pg_test::server()?;
+        let admin = tenure_pg_test::connect(&server.url)
+            .await
+            .map_err(|e| e.to_string())?;
+        let db = tenure_pg_test::TempDatabase::create(&server.url).await?;
+        let storage = storage(&db.url()).await?;
+        let name = db.name().to_owned();
+        let stop = Arc::new(AtomicBool::new(false));
+        let kills = Arc::new(AtomicU64::new(0));
+        let killer = tokio::spawn({
+            let (stop, kills) = (Arc::clone(&stop), Arc::clone(&kills));
+            let name = name.clone();
+            async move {
+                let mut rng = Rng::new(11);
+                while !stop.load(Ordering::Acquire) {
+                    tokio::time::sleep(
+                        rng.between(Duration::from_millis(50), Duration::from_millis(500)),
+                    )
+                    .await;
+                    // Only this run's connections: those to its own database.
+                    let killed = admin
+                        .query(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                              WHERE datname = $1 AND pid <> pg_backend_pid() \
+                              ORDER BY random() LIMIT 1",
+                            &[&name],
+                        )
+                        .await
+                        .map(|rows| rows.len() as u64)
+                        .unwrap_or(0);
+                    kills.fetch_add(killed, Ordering::Relaxed);
+                }
+            }
+        });
+        let report = workload::run(&fast_workload("stress-killed", budget), storage).await;
+        stop.store(true, Ordering::Release);
+        let _ = killer.await;
+        Ok((report, kills.load(Ordering::Relaxed)))
+    })
+}
+
+fn postgres_restarts(budget: Duration) -> Result<(WorkloadReport, u64), String> {
+    let cluster = Arc::new(Cluster::create()?);
+    cluster.start()?;
+    multi_thread()?.block_on(async {
+        let storage = storage(&cluster.url()).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let restarts = tokio::spawn({
+            let (cluster, stop) = (Arc::clone(&cluster), Arc::clone(&stop));
+            async move {
+                let mut count = 0u64;
+                for n in 0u64.. {
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let mode = if n % 2 == 0 {
+                        StopMode::Fast
+                    } else {
+                        StopMode::Immediate
+                    };
+                    let cluster = Arc::clone(&cluster);
+                    let restarted = tokio::task::spawn_blocking(move || {
+                        cluster.stop(mode)?;
+                        cluster.start()
+                    })
+                    .await;
+                    if matches!(restarted, Ok(Ok(()))) {
+                        count += 1;
+                    }
+                }
+                count
+            }
+        });
+        let config = WorkloadConfig {
+            min_calls: usize::MAX,
+            ..fast_workload("stress-restarts", budget)
+        };
+        let report = workload::run(&config, storage).await;
+        stop.store(true, Ordering::Release);
+        let count = restarts.await.unwrap_or(0);
+        Ok((report, count))
+    })
+}
