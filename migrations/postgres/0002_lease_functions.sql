@@ -42,71 +42,88 @@ AS $fn$
 DECLARE
     v_now       timestamptz;
     v_lease     record;
-    v_found     boolean;
     v_outranked boolean;
+    v_dead      boolean;
+    v_own_row   boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0));
     v_now := coalesce(p_now, clock_timestamp());
     o_now := v_now;
 
-    SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
-      INTO v_lease
-      FROM {{prefix}}leases l
-     WHERE l.lease_name = p_lease_name;
-    v_found := FOUND;
-
-    IF NOT v_found THEN
-        -- Rule 2: no record yet.
-        o_transition := 'created';
-        o_fencing_token := 1;
-    ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
-        -- Rule 3 (renewal) or rule 4 (someone else holds it).
-        IF v_lease.owner = p_owner THEN
-            o_transition := 'renewed';
-            o_fencing_token := v_lease.fencing_token;
-        ELSE
-            o_transition := 'standby';
-        END IF;
+    -- Rule 3, renewal: the caller holds the live lease. The common case, in one statement.
+    UPDATE {{prefix}}leases l
+       SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+     WHERE l.lease_name = p_lease_name
+       AND l.owner = p_owner
+       AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'
+    RETURNING l.fencing_token, l.acquired_at
+         INTO o_fencing_token, o_acquired_at;
+    IF FOUND THEN
+        o_transition := 'renewed';
     ELSE
-        -- Rule 3, second half (the last holder comes back) or rule 5 (takeover): a new tenure.
-        IF v_lease.fencing_token >= 9223372036854775807 THEN
-            RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
-                USING ERRCODE = 'TN001';
-        END IF;
-        o_fencing_token := v_lease.fencing_token + 1;
-        IF v_lease.owner = p_owner THEN
-            o_transition := 'reacquired';
+        SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
+          INTO v_lease
+          FROM {{prefix}}leases l
+         WHERE l.lease_name = p_lease_name;
+        IF NOT FOUND THEN
+            -- Rule 2: no record yet.
+            o_transition := 'created';
+            o_fencing_token := 1;
+        ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
+            -- Rule 4: someone else holds it (the caller's own live lease was renewed above).
+            o_transition := 'standby';
         ELSE
-            o_transition := 'taken_over';
+            -- Rule 3, second half (the last holder comes back) or rule 5 (takeover).
+            IF v_lease.fencing_token >= 9223372036854775807 THEN
+                RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
+                    USING ERRCODE = 'TN001';
+            END IF;
+            o_fencing_token := v_lease.fencing_token + 1;
+            IF v_lease.owner = p_owner THEN
+                o_transition := 'reacquired';
+            ELSE
+                o_transition := 'taken_over';
+            END IF;
         END IF;
     END IF;
 
-    -- Rules 1, 6 and 7 in one statement. Its three parts share one snapshot: the contenders as
-    -- they were before this call. Rule 6 only matters to a holder, and a holder is the caller
-    -- with the caller's priority, so "a live contender other than the holder with a strictly
-    -- higher priority than the holder's" is "other than the caller, above p_priority".
-    WITH pruned AS (
-        DELETE FROM {{prefix}}lease_contenders c
-         WHERE c.lease_name = p_lease_name
-           AND c.owner <> p_owner
-           AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now
-    ), registered AS (
+    -- Rules 6 and 7, on the registrations as they were before this call. Rule 6 only matters
+    -- to a holder, and a holder is the caller with the caller's priority: "a live contender
+    -- other than the holder with a strictly higher priority than the holder's" is "other than
+    -- the caller, above p_priority".
+    SELECT coalesce(bool_or(c.owner <> p_owner AND c.priority > p_priority
+                            AND v_now < c.last_seen + c.ttl_micros * interval '1 microsecond'),
+                    false),
+           coalesce(bool_or(c.owner <> p_owner
+                            AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now),
+                    false),
+           coalesce(bool_or(c.owner = p_owner), false)
+      INTO v_outranked, v_dead, v_own_row
+      FROM {{prefix}}lease_contenders c
+     WHERE c.lease_name = p_lease_name;
+
+    -- Rule 1. The holder's registration is the lease record itself (its priority, ttl, and
+    -- heartbeat as last_seen: exactly what its last request registered), so a holder has no
+    -- row here; every other contender has one. A caller that becomes the holder moves its
+    -- registration into the record; one that stands by registers here.
+    IF o_transition = 'standby' THEN
         INSERT INTO {{prefix}}lease_contenders AS c
                (lease_name, owner, priority, last_seen, ttl_micros)
         VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
         ON CONFLICT (lease_name, owner) DO UPDATE
            SET priority = excluded.priority,
                last_seen = excluded.last_seen,
-               ttl_micros = excluded.ttl_micros
-    )
-    SELECT EXISTS (
-        SELECT 1
-          FROM {{prefix}}lease_contenders c
+               ttl_micros = excluded.ttl_micros;
+        v_own_row := false;
+    END IF;
+    -- Rule 7: prune the others that are no longer live (and the caller's row, if it now holds).
+    IF v_dead OR v_own_row THEN
+        DELETE FROM {{prefix}}lease_contenders c
          WHERE c.lease_name = p_lease_name
-           AND c.owner <> p_owner
-           AND c.priority > p_priority
-           AND v_now < c.last_seen + c.ttl_micros * interval '1 microsecond')
-      INTO v_outranked;
+           AND (c.owner = p_owner AND v_own_row
+                OR c.owner <> p_owner
+                   AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
+    END IF;
 
     IF o_transition = 'standby' THEN
         o_status := 'standby';
@@ -123,17 +140,12 @@ BEGIN
     o_priority := p_priority;
     o_heartbeat_at := v_now;
     o_ttl_micros := p_ttl_micros;
-    IF o_transition = 'renewed' THEN
-        o_acquired_at := v_lease.acquired_at;
-        UPDATE {{prefix}}leases
-           SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
-         WHERE lease_name = p_lease_name;
-    ELSIF o_transition = 'created' THEN
+    IF o_transition = 'created' THEN
         o_acquired_at := v_now;
         INSERT INTO {{prefix}}leases
                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros)
         VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros);
-    ELSE
+    ELSIF o_transition <> 'renewed' THEN
         o_acquired_at := v_now;
         UPDATE {{prefix}}leases
            SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
@@ -175,7 +187,8 @@ BEGIN
        AND v_now - l.ttl_micros * interval '1 microsecond' < l.heartbeat_at;
     o_released := FOUND;
 
-    -- The caller's registration is withdrawn whether or not it held the lease.
+    -- The caller's registration is withdrawn whether or not it held the lease (a holder's is
+    -- the record itself, expired by the backdating above).
     DELETE FROM {{prefix}}lease_contenders c
      WHERE c.lease_name = p_lease_name
        AND c.owner = p_owner;

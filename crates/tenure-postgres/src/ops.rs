@@ -45,10 +45,15 @@ impl Statements {
                         l.acquired_at, l.heartbeat_at, l.ttl_micros \
                    FROM (SELECT) AS one LEFT JOIN {p}leases AS l ON true"
             ),
+            // The holder's registration is the lease record itself (see the migration).
             contenders: format!(
                 "SELECT now(), c.owner, c.priority, c.last_seen, c.ttl_micros \
                    FROM (SELECT) AS one \
-                   LEFT JOIN {p}lease_contenders AS c ON c.lease_name = $1"
+                   LEFT JOIN (SELECT owner, priority, last_seen, ttl_micros \
+                                FROM {p}lease_contenders WHERE lease_name = $1 \
+                              UNION ALL \
+                              SELECT owner, priority, heartbeat_at, ttl_micros \
+                                FROM {p}leases WHERE lease_name = $1) AS c ON true"
             ),
         }
     }
@@ -161,7 +166,8 @@ pub(crate) fn snapshot_from_rows(rows: &[Row]) -> Result<LeaseSnapshot, EventSto
     Ok(LeaseSnapshot { now, leases })
 }
 
-/// The answer of the contenders statement: `now` and every stored registration, live or not.
+/// The answer of the contenders statement: `now` and every registration, live or not, one per
+/// owner (the latest, should an owner appear both as holder and as contender).
 pub(crate) fn contenders_from_rows(
     lease_name: &LeaseName,
     rows: &[Row],
@@ -175,13 +181,21 @@ pub(crate) fn contenders_from_rows(
         let Some(name) = get::<Option<String>>(row, 1, "owner")? else {
             continue;
         };
-        contenders.push(Contender {
+        let contender = Contender {
             lease_name: lease_name.clone(),
             owner: owner(name)?,
             priority: get(row, 2, "priority")?,
             last_seen: timestamp(get(row, 3, "last_seen")?, "last_seen")?,
             ttl: ttl_from_micros(get(row, 4, "ttl_micros")?)?,
-        });
+        };
+        match contenders
+            .iter_mut()
+            .find(|c: &&mut Contender| c.owner == contender.owner)
+        {
+            Some(known) if known.last_seen < contender.last_seen => *known = contender,
+            Some(_) => {}
+            None => contenders.push(contender),
+        }
     }
     Ok((now, contenders))
 }

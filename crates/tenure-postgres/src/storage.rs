@@ -125,6 +125,38 @@ impl PostgresEventStorage {
         self.release(lease_name, owner, Some(now)).await
     }
 
+    /// The contenders of `lease_name` live at `now` instead of the database clock. For the
+    /// crate's property test.
+    #[doc(hidden)]
+    pub async fn get_lease_contenders_at_for_tests(
+        &self,
+        lease_name: &str,
+        now: Timestamp,
+    ) -> Result<Vec<Contender>, EventStorageError> {
+        self.contenders(lease_name, Some(now)).await
+    }
+
+    async fn contenders(
+        &self,
+        lease_name: &str,
+        at: Option<Timestamp>,
+    ) -> Result<Vec<Contender>, EventStorageError> {
+        let lease_name = LeaseName::new(lease_name)?;
+        let name = lease_name.as_str();
+        let rows = self
+            .query(
+                "get_lease_contenders",
+                &self.inner.statements.contenders,
+                &[&name],
+            )
+            .await?;
+        let (now, all) = ops::contenders_from_rows(&lease_name, &rows)?;
+        let now = at.unwrap_or(now);
+        let mut live: Vec<Contender> = all.into_iter().filter(|c| c.is_live_at(now)).collect();
+        sort_contenders(&mut live);
+        Ok(live)
+    }
+
     async fn request(
         &self,
         request: &LeaseRequest,
@@ -329,19 +361,7 @@ impl EventStorage for PostgresEventStorage {
         &self,
         lease_name: &str,
     ) -> Result<Vec<Contender>, EventStorageError> {
-        let lease_name = LeaseName::new(lease_name)?;
-        let name = lease_name.as_str();
-        let rows = self
-            .query(
-                "get_lease_contenders",
-                &self.inner.statements.contenders,
-                &[&name],
-            )
-            .await?;
-        let (now, all) = ops::contenders_from_rows(&lease_name, &rows)?;
-        let mut live: Vec<Contender> = all.into_iter().filter(|c| c.is_live_at(now)).collect();
-        sort_contenders(&mut live);
-        Ok(live)
+        self.contenders(lease_name, None).await
     }
 
     /// Marks the storage (and every clone) closed and, if the storage built its own pool,

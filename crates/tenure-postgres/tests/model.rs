@@ -4,8 +4,10 @@
 //! property test is what allows that: random sequences of requests, releases and clock steps by
 //! several owners on one lease run both through `tenure_ports::domain::decide_request` /
 //! `decide_release` (on a model of the two tables) and through the real functions on a real
-//! server, with the same `now`; every response, every transition, and after every step every
-//! stored row (lease record and contender registrations, pruned ones included) must be equal.
+//! server, with the same `now`; every response, every transition, and after every step the
+//! lease record, the live registrations and the contenders listing must be equal, and every
+//! stored registration must be one the domain keeps too (the storage keeps the holder's
+//! registration in the lease record, not in a row of its own).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -187,7 +189,7 @@ impl Harness {
                 }
             }
             model.contenders.sort_by(|a, b| a.owner.cmp(&b.owner));
-            let (record, contenders) = self.stored(lease);
+            let (record, rows) = self.stored(lease);
             prop_assert_eq!(
                 &record,
                 &model.record,
@@ -195,13 +197,51 @@ impl Harness {
                 step,
                 op
             );
+            // The storage keeps the holder's registration in the record rather than in a row
+            // of its own. Every row it keeps is one the domain keeps (so it is as bounded) ...
+            for row in &rows {
+                prop_assert!(
+                    model.contenders.contains(row),
+                    "row {:?} after step {}: {:?} is not in the model {:?}",
+                    row,
+                    step,
+                    op,
+                    model.contenders
+                );
+            }
+            // ... and the registrations that are live, which are all that any later decision
+            // or listing can see (time only moves forward), are exactly the domain's.
+            let mut effective = rows.clone();
+            if let Some(holder) = &record {
+                effective.push(Contender {
+                    lease_name: holder.lease_name.clone(),
+                    owner: holder.owner.clone(),
+                    priority: holder.priority,
+                    last_seen: holder.heartbeat_at,
+                    ttl: holder.ttl,
+                });
+            }
+            let live = |all: &[Contender]| {
+                let mut live: Vec<Contender> =
+                    all.iter().filter(|c| c.is_live_at(now)).cloned().collect();
+                live.sort_by(|a, b| a.owner.cmp(&b.owner));
+                live
+            };
             prop_assert_eq!(
-                &contenders,
-                &model.contenders,
-                "contenders after step {}: {:?}",
+                live(&effective),
+                live(&model.contenders),
+                "live registrations after step {}: {:?}",
                 step,
                 op
             );
+            // And the adapter's listing says the same.
+            let listed = self
+                .runtime
+                .block_on(self.storage.get_lease_contenders_at_for_tests(lease, now))
+                .unwrap();
+            let mut expected = live(&model.contenders);
+            tenure_ports::sort_contenders(&mut expected);
+            prop_assert_eq!(listed, expected, "listing after step {}: {:?}", step, op);
         }
         Ok(())
     }
