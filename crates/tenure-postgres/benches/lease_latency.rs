@@ -295,7 +295,8 @@ fn main() {
 
         // Latency: one caller, sides interleaved in rounds of 100 calls.
         let samples = env_number("TENURE_BENCH_SAMPLES", 3000) as usize;
-        let mut latencies: Vec<Vec<Duration>> = vec![Vec::with_capacity(samples); 3];
+        let mut latencies: Vec<Vec<Duration>> =
+            (0..3).map(|_| Vec::with_capacity(samples)).collect();
         let mut i = 0;
         while latencies[0].len() < samples {
             for (s, side) in Side::ALL.iter().enumerate() {
