@@ -1,15 +1,15 @@
 //! The fencing guard under concurrency, and the PostgreSQL recipes from its docs against a
-//! real PostgreSQL (`TENURE_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`).
+//! real PostgreSQL (found by `tenure-pg-test`: `TENURE_PG_URL`, or the local server).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tenure_election::FencingGuard;
+use tenure_pg_test::unique_name;
 use tenure_ports::FencingToken;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 fn t(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
@@ -73,27 +73,15 @@ fn concurrent_writers_are_admitted_in_token_order_only() {
 // The PostgreSQL recipes.
 
 async fn connect() -> Option<Client> {
-    let url = std::env::var("TENURE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    match tokio_postgres::connect(&url, NoTls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(connection);
-            Some(client)
+    let server = match tenure_pg_test::server() {
+        Ok(server) => server,
+        Err(message) if std::env::var_os("CI").is_none() => {
+            println!("skipped: no PostgreSQL for the fencing recipes ({message})");
+            return None;
         }
-        Err(error) if std::env::var_os("CI").is_none() => {
-            println!("skipped: no PostgreSQL for the fencing recipes ({error})");
-            None
-        }
-        Err(error) => panic!("PostgreSQL is required in CI: {error}"),
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}_{}_{nanos}", std::process::id())
+        Err(message) => panic!("PostgreSQL is required in CI: {message}"),
+    };
+    Some(server.connect().await.expect("connecting to PostgreSQL"))
 }
 
 /// Runs `body` on tables it creates, and drops them whether it passes or panics.
@@ -119,7 +107,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conditional_update_accepts_equal_and_newer_tokens_only() {
-    let table = unique("tenure_fence_rows");
+    let table = unique_name("fence_rows");
     let body_table = table.clone();
     with_tables(&[&table], move || async move {
         let table = body_table;
@@ -197,8 +185,8 @@ async fn the_conditional_update_accepts_equal_and_newer_tokens_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_fence_row_guards_a_whole_transaction() {
-    let fences = unique("tenure_fence_leases");
-    let outbox = unique("tenure_fence_outbox");
+    let fences = unique_name("fence_leases");
+    let outbox = unique_name("fence_outbox");
     let (f, o) = (fences.clone(), outbox.clone());
     with_tables(&[&fences, &outbox], move || async move {
         let (fences, outbox) = (f, o);
