@@ -23,3 +23,25 @@ pub mod clock;
 pub mod proxy;
 pub mod recorder;
 pub mod workload;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_postgres::PostgresEventStorage;
+
+/// A PostgreSQL storage for a workload: a pool of `pool_size` on `url`, a 250 ms bound on each
+/// call (far below the workloads' ttls, so a stalled call is given up in time), the schema
+/// ensured.
+pub async fn postgres_storage(
+    url: &str,
+    pool_size: usize,
+) -> Result<Arc<PostgresEventStorage>, String> {
+    PostgresEventStorage::builder()
+        .url(url)
+        .pool_size(pool_size)
+        .call_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}

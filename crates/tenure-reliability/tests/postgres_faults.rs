@@ -21,15 +21,9 @@ use tenure_reliability::workload::{self, WorkloadConfig};
 use tokio::time::Instant;
 
 async fn storage(url: &str, pool_size: usize) -> Arc<PostgresEventStorage> {
-    Arc::new(
-        PostgresEventStorage::builder()
-            .url(url)
-            .pool_size(pool_size)
-            .call_timeout(Duration::from_millis(250))
-            .build()
-            .await
-            .unwrap(),
-    )
+    tenure_reliability::postgres_storage(url, pool_size)
+        .await
+        .unwrap()
 }
 
 fn quick(lease: &str, duration: Duration) -> WorkloadConfig {

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use tenure_memory::MemoryEventStorage;
 use tenure_pg_test::cluster::{Cluster, StopMode};
-use tenure_postgres::PostgresEventStorage;
 use tenure_reliability::clock::TokioClock;
 use tenure_reliability::workload::{self, Rng, WorkloadConfig, WorkloadReport};
 
@@ -115,17 +114,6 @@ fn fast_workload(lease: &str, budget: Duration) -> WorkloadConfig {
     }
 }
 
-async fn storage(url: &str) -> Result<Arc<PostgresEventStorage>, String> {
-    PostgresEventStorage::builder()
-        .url(url)
-        .pool_size(8)
-        .call_timeout(Duration::from_millis(250))
-        .build()
-        .await
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
-}
-
 fn postgres_killed(budget: Duration) -> Result<(WorkloadReport, u64), String> {
     multi_thread()?.block_on(async {
         let server = tenure_pg_test::server()?;
@@ -133,7 +121,7 @@ fn postgres_killed(budget: Duration) -> Result<(WorkloadReport, u64), String> {
             .await
             .map_err(|e| e.to_string())?;
         let db = tenure_pg_test::TempDatabase::create(&server.url).await?;
-        let storage = storage(&db.url()).await?;
+        let storage = tenure_reliability::postgres_storage(&db.url(), 8).await?;
         let name = db.name().to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let kills = Arc::new(AtomicU64::new(0));
@@ -173,7 +161,7 @@ fn postgres_restarts(budget: Duration) -> Result<(WorkloadReport, u64), String> 
     let cluster = Arc::new(Cluster::create()?);
     cluster.start()?;
     multi_thread()?.block_on(async {
-        let storage = storage(&cluster.url()).await?;
+        let storage = tenure_reliability::postgres_storage(&cluster.url(), 8).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let restarts = tokio::spawn({
             let (cluster, stop) = (Arc::clone(&cluster), Arc::clone(&stop));
