@@ -231,17 +231,7 @@ impl EventLog {
                 events,
                 idempotency_key,
             } => {
-                let mut last = self.last_position();
-                for event in events {
-                    if last.is_some_and(|l| event.position <= l) {
-                        return Err(EventStorageError::corrupt(format!(
-                            "event position {} does not follow {}",
-                            event.position,
-                            last.map_or(0, EventPosition::get)
-                        )));
-                    }
-                    last = Some(event.position);
-                }
+                self.check_follows(events)?;
                 let start = self.events.len();
                 self.events.extend_from_slice(events);
                 if let Some(key) = idempotency_key {
@@ -265,6 +255,40 @@ impl EventLog {
             Change::BookmarkRemoved(reader) => {
                 self.bookmarks.remove(reader);
             }
+        }
+        Ok(())
+    }
+
+    /// Applies a [`Change::Appended`] whose events the caller owns, moving them into the log
+    /// instead of copying them: how a journal replays a large log without cloning every
+    /// payload. Same checks as [`EventLog::apply`].
+    pub fn apply_appended(
+        &mut self,
+        events: Vec<StoredEvent>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(), EventStorageError> {
+        self.check_follows(&events)?;
+        let start = self.events.len();
+        self.events.extend(events);
+        if let Some(key) = idempotency_key {
+            self.by_key.insert(key.to_owned(), start..self.events.len());
+        }
+        Ok(())
+    }
+
+    /// Fails with [`EventStorageError::Corrupt`] unless `events`' positions increase from the
+    /// log's last one.
+    fn check_follows(&self, events: &[StoredEvent]) -> Result<(), EventStorageError> {
+        let mut last = self.last_position();
+        for event in events {
+            if last.is_some_and(|l| event.position <= l) {
+                return Err(EventStorageError::corrupt(format!(
+                    "event position {} does not follow {}",
+                    event.position,
+                    last.map_or(0, EventPosition::get)
+                )));
+            }
+            last = Some(event.position);
         }
         Ok(())
     }

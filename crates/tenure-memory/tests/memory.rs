@@ -182,5 +182,27 @@ mod journal {
             .unwrap_err();
         assert!(matches!(err, EventStorageError::Corrupt { .. }), "{err:?}");
         assert_eq!(log.len(), 1);
+        let err = log.apply_appended(stored.clone(), None).unwrap_err();
+        assert!(matches!(err, EventStorageError::Corrupt { .. }), "{err:?}");
+        assert_eq!(log.len(), 1);
+    }
+
+    #[test]
+    fn owned_replay_moves_events_in_and_keeps_the_key() {
+        let mut source = EventLog::new();
+        let request = AppendRequest::new(vec![NewEvent::new("s", "T", json!(1))]).idempotent("k");
+        let stored = source
+            .append(&request, tenure_ports::Timestamp::UNIX_EPOCH, None)
+            .unwrap();
+        let mut replayed = EventLog::new();
+        replayed.apply_appended(stored.clone(), Some("k")).unwrap();
+        assert_eq!(
+            replayed
+                .append(&request, tenure_ports::Timestamp::UNIX_EPOCH, None)
+                .unwrap(),
+            stored,
+            "the key replays the first append"
+        );
+        assert_eq!(replayed.len(), 1);
     }
 }
