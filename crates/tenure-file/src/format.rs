@@ -5,8 +5,10 @@
 //! record  (8 + n)     length n u32 LE  | CRC-32 of (length bytes ++ payload) (u32 LE) | payload
 //! ```
 //!
-//! A payload is one JSON object: an append (its events and idempotency key), a bookmark placed,
-//! or a bookmark removed, exactly the [`Change`]s that the in-memory log hands its journal. The
+//! A payload is one JSON object with one key, saying what it is: `{"append": {...}}` (its events
+//! and idempotency key), `{"bookmark": {...}}` or `{"unbookmark": {...}}`, exactly the
+//! [`Change`]s that the in-memory log hands its journal. (Externally tagged: serde parses it in
+//! one pass, where a `"kind"` field inside the object would make it buffer every record.) The
 //! checksum covers the length too, so that a damaged length is caught like damaged data.
 
 use serde::{Deserialize, Serialize};
@@ -143,7 +145,7 @@ pub(crate) fn encode(change: Change<'_>, max: usize, out: &mut Vec<u8>) -> Resul
 
 /// A record as written: borrowed from the change, so that nothing is cloned to write it.
 #[derive(Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 enum RecordRef<'a> {
     Append {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,7 +208,7 @@ impl<'a> RecordRef<'a> {
 
 /// A record as read back.
 #[derive(Deserialize, Debug)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Record {
     Append {
         #[serde(default)]
@@ -260,11 +262,8 @@ impl Record {
                 if events.is_empty() {
                     return Err("an append record without events".to_owned());
                 }
-                log.apply(Change::Appended {
-                    events: &events,
-                    idempotency_key: key.as_deref(),
-                })
-                .map_err(|e| e.to_string())
+                log.apply_appended(events, key.as_deref())
+                    .map_err(|e| e.to_string())
             }
             Record::Bookmark {
                 reader,
