@@ -79,7 +79,7 @@ use tenure_ports::{
 pub use error::FileError;
 pub use format::MAX_RECORD_BYTES;
 pub use options::{Durability, FileOptions};
-pub use recovery::RecoveryReport;
+pub use recovery::{Cut, RecoveryReport};
 
 use journal::{FileJournal, JournalState, LogFile};
 
