@@ -153,8 +153,11 @@ impl Replica {
     /// A stop-the-world pause (a long GC pause, a suspended VM): the elector stops renewing
     /// and the dispatcher is stuck mid-batch with the token it had, until [`thaw`](Self::thaw).
     pub fn freeze(&self, narrator: &Narrator) {
-        self.elector.abort();
+        // The freeze is signalled before the elector stops: stopping it ends the tenure, and a
+        // dispatcher woken by that first (on another worker thread) would stop cleanly instead
+        // of freezing. With the permit already stored, its biased select takes the freeze.
         self.control.freeze.notify_one();
+        self.elector.abort();
         narrator.end_tenure(self.name, "froze, then was fenced off");
     }
 
