@@ -40,73 +40,93 @@ LANGUAGE plpgsql
 VOLATILE
 AS $fn$
 DECLARE
-    v_now       timestamptz;
-    v_lease     record;
-    v_outranked boolean;
-    v_dead      boolean;
-    v_own_row   boolean;
+    v_now    timestamptz;
+    v_lease  record;
+    v_locked boolean;
+    v_flags  integer;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0));
+    -- The lock, then the clock: two plain assignments (cheaper than PERFORM), each its own
+    -- statement, both before anything is read.
+    v_locked := pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0))
+                IS NULL;
     v_now := coalesce(p_now, clock_timestamp());
-    o_now := v_now;
+
+    -- The registrations, as they were before this call, are summed up as bits (`flags`):
+    --   1  another contender, live, with a priority above p_priority (rule 6: a holder is the
+    --      caller with the caller's priority, so "a live contender other than the holder with
+    --      a strictly higher priority than the holder's" is exactly this);
+    --   2  another contender that is no longer live (rule 7: to prune);
+    --   4  a row of the caller's own (to remove when the caller holds the lease: the holder's
+    --      registration is the lease record itself, with its priority, ttl, and heartbeat as
+    --      last_seen, which is exactly what its last request registered).
 
     -- Rule 3, renewal: the caller holds the live lease. The common case, in one statement.
     UPDATE {{prefix}}leases l
        SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+      FROM (SELECT coalesce(bit_or(
+                     CASE WHEN c.owner = p_owner THEN 4
+                          WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now
+                               THEN 2
+                          WHEN c.priority > p_priority THEN 1
+                          ELSE 0 END), 0) AS flags
+              FROM {{prefix}}lease_contenders c
+             WHERE c.lease_name = p_lease_name) AS r
      WHERE l.lease_name = p_lease_name
        AND l.owner = p_owner
        AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'
-    RETURNING l.fencing_token, l.acquired_at
-         INTO o_fencing_token, o_acquired_at;
+    RETURNING CASE WHEN r.flags & 1 <> 0 THEN 'leader_step_down_requested' ELSE 'leader' END,
+              'renewed', l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at,
+              l.ttl_micros, v_now, r.flags
+         INTO o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
+              o_heartbeat_at, o_ttl_micros, o_now, v_flags;
     IF FOUND THEN
-        o_transition := 'renewed';
+        IF v_flags >= 2 THEN
+            DELETE FROM {{prefix}}lease_contenders c
+             WHERE c.lease_name = p_lease_name
+               AND (c.owner = p_owner
+                    OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
+        END IF;
+        RETURN;
+    END IF;
+
+    -- Every other case: no record, someone else's live lease, or an expired one.
+    o_now := v_now;
+    SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
+      INTO v_lease
+      FROM {{prefix}}leases l
+     WHERE l.lease_name = p_lease_name;
+    IF NOT FOUND THEN
+        -- Rule 2: no record yet.
+        o_transition := 'created';
+        o_fencing_token := 1;
+    ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
+        -- Rule 4: someone else holds it (the caller's own live lease was renewed above).
+        o_transition := 'standby';
     ELSE
-        SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
-          INTO v_lease
-          FROM {{prefix}}leases l
-         WHERE l.lease_name = p_lease_name;
-        IF NOT FOUND THEN
-            -- Rule 2: no record yet.
-            o_transition := 'created';
-            o_fencing_token := 1;
-        ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
-            -- Rule 4: someone else holds it (the caller's own live lease was renewed above).
-            o_transition := 'standby';
+        -- Rule 3, second half (the last holder comes back) or rule 5 (takeover).
+        IF v_lease.fencing_token >= 9223372036854775807 THEN
+            RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
+                USING ERRCODE = 'TN001';
+        END IF;
+        o_fencing_token := v_lease.fencing_token + 1;
+        IF v_lease.owner = p_owner THEN
+            o_transition := 'reacquired';
         ELSE
-            -- Rule 3, second half (the last holder comes back) or rule 5 (takeover).
-            IF v_lease.fencing_token >= 9223372036854775807 THEN
-                RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
-                    USING ERRCODE = 'TN001';
-            END IF;
-            o_fencing_token := v_lease.fencing_token + 1;
-            IF v_lease.owner = p_owner THEN
-                o_transition := 'reacquired';
-            ELSE
-                o_transition := 'taken_over';
-            END IF;
+            o_transition := 'taken_over';
         END IF;
     END IF;
 
-    -- Rules 6 and 7, on the registrations as they were before this call. Rule 6 only matters
-    -- to a holder, and a holder is the caller with the caller's priority: "a live contender
-    -- other than the holder with a strictly higher priority than the holder's" is "other than
-    -- the caller, above p_priority".
-    SELECT coalesce(bool_or(c.owner <> p_owner AND c.priority > p_priority
-                            AND v_now < c.last_seen + c.ttl_micros * interval '1 microsecond'),
-                    false),
-           coalesce(bool_or(c.owner <> p_owner
-                            AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now),
-                    false),
-           coalesce(bool_or(c.owner = p_owner), false)
-      INTO v_outranked, v_dead, v_own_row
+    SELECT coalesce(bit_or(
+             CASE WHEN c.owner = p_owner THEN 4
+                  WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now THEN 2
+                  WHEN c.priority > p_priority THEN 1
+                  ELSE 0 END), 0)
+      INTO v_flags
       FROM {{prefix}}lease_contenders c
      WHERE c.lease_name = p_lease_name;
 
-    -- Rule 1. The holder's registration is the lease record itself (its priority, ttl, and
-    -- heartbeat as last_seen: exactly what its last request registered), so a holder has no
-    -- row here; every other contender has one. A caller that becomes the holder moves its
-    -- registration into the record; one that stands by registers here.
     IF o_transition = 'standby' THEN
+        -- Rule 1 for a contender that stands by: its row, then rule 7.
         INSERT INTO {{prefix}}lease_contenders AS c
                (lease_name, owner, priority, last_seen, ttl_micros)
         VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
@@ -114,18 +134,12 @@ BEGIN
            SET priority = excluded.priority,
                last_seen = excluded.last_seen,
                ttl_micros = excluded.ttl_micros;
-        v_own_row := false;
-    END IF;
-    -- Rule 7: prune the others that are no longer live (and the caller's row, if it now holds).
-    IF v_dead OR v_own_row THEN
-        DELETE FROM {{prefix}}lease_contenders c
-         WHERE c.lease_name = p_lease_name
-           AND (c.owner = p_owner AND v_own_row
-                OR c.owner <> p_owner
-                   AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
-    END IF;
-
-    IF o_transition = 'standby' THEN
+        IF v_flags & 2 <> 0 THEN
+            DELETE FROM {{prefix}}lease_contenders c
+             WHERE c.lease_name = p_lease_name
+               AND c.owner <> p_owner
+               AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now;
+        END IF;
         o_status := 'standby';
         o_owner := v_lease.owner;
         o_priority := v_lease.priority;
@@ -136,24 +150,30 @@ BEGIN
         RETURN;
     END IF;
 
+    -- A new tenure. Rule 1 for the holder is the record itself; rule 7 prunes, and the
+    -- caller's own row, if any, goes.
+    IF v_flags >= 2 THEN
+        DELETE FROM {{prefix}}lease_contenders c
+         WHERE c.lease_name = p_lease_name
+           AND (c.owner = p_owner
+                OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
+    END IF;
     o_owner := p_owner;
     o_priority := p_priority;
+    o_acquired_at := v_now;
     o_heartbeat_at := v_now;
     o_ttl_micros := p_ttl_micros;
     IF o_transition = 'created' THEN
-        o_acquired_at := v_now;
         INSERT INTO {{prefix}}leases
                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros)
         VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros);
-    ELSIF o_transition <> 'renewed' THEN
-        o_acquired_at := v_now;
+    ELSE
         UPDATE {{prefix}}leases
            SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
                acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros
          WHERE lease_name = p_lease_name;
     END IF;
-
-    IF v_outranked THEN
+    IF v_flags & 1 <> 0 THEN
         o_status := 'leader_step_down_requested';
     ELSE
         o_status := 'leader';
@@ -171,9 +191,11 @@ LANGUAGE plpgsql
 VOLATILE
 AS $fn$
 DECLARE
-    v_now timestamptz;
+    v_now    timestamptz;
+    v_locked boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0));
+    v_locked := pg_advisory_xact_lock(hashtextextended('{{prefix}}leases:' || p_lease_name, 0))
+                IS NULL;
     v_now := coalesce(p_now, clock_timestamp());
     o_now := v_now;
 

@@ -370,7 +370,7 @@ mod tests {
         let a = unique_prefix();
         let b = unique_prefix();
         assert_ne!(a, b);
-        assert!(a.len() <= 37, "{a}");
+        assert!(a.len() <= 42, "{a}");
         assert!(
             a.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')

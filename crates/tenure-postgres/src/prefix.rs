@@ -7,7 +7,7 @@ pub const DEFAULT_PREFIX: &str = "tenure_";
 
 /// The longest name the DDL appends to a prefix (a constraint of the contenders table). A test
 /// checks that it is the longest `{{prefix}}…` identifier in `migrations/postgres/`.
-pub(crate) const LONGEST_SUFFIX: &str = "lease_contenders_ttl_check";
+pub(crate) const LONGEST_SUFFIX: &str = "lease_contenders_pkey";
 
 /// PostgreSQL truncates identifiers longer than this many bytes (`NAMEDATALEN - 1`).
 const MAX_IDENTIFIER_BYTES: usize = 63;
@@ -129,7 +129,7 @@ mod tests {
             assert_eq!(TablePrefix::new(ok).unwrap().as_str(), ok);
         }
         assert_eq!(TablePrefix::default().as_str(), DEFAULT_PREFIX);
-        assert_eq!(MAX_PREFIX_BYTES, 37);
+        assert_eq!(MAX_PREFIX_BYTES, 42);
     }
 
     #[test]

@@ -190,7 +190,7 @@ async fn two_prefixes_are_independent() {
 
 #[tokio::test]
 async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
-    for prefix in ["", "Upper", "1x", "semi;colon", "quote'", &"x".repeat(38)] {
+    for prefix in ["", "Upper", "1x", "semi;colon", "quote'", &"x".repeat(43)] {
         let err = PostgresEventStorage::builder()
             .url("postgres://u@127.0.0.1:1/db")
             .prefix(prefix)
