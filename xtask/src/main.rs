@@ -103,7 +103,13 @@ fn test() -> Result<(), String> {
     ])?;
     report_postgres();
     step("cargo test --workspace");
-    let run = cargo_tee(&["test", "--workspace", "--no-fail-fast", "--", "--show-output"])?;
+    let run = cargo_tee(&[
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--show-output",
+    ])?;
     let totals = Totals::parse(&run.output);
     let tck = TckSummary::parse(&run.output);
     step("summary");
