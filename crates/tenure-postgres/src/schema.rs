@@ -159,35 +159,33 @@ pub(crate) async fn validate(
         )
         .await
         .map_err(|e| from_pg(what, e))?;
+    let columns = texts(&rows, 4)?;
     let mut problems = Vec::new();
     for expected in TABLES {
         let table = format!("{prefix}{}", expected.table);
-        let columns: Vec<_> = rows
-            .iter()
-            .filter(|r| r.get::<_, String>(0) == table)
-            .collect();
-        if columns.is_empty() {
+        let of_table: Vec<&Vec<String>> = columns.iter().filter(|c| c[0] == table).collect();
+        if of_table.is_empty() {
             problems.push(format!("table {table} is missing"));
             continue;
         }
         for (column, data_type) in expected.columns {
-            match columns.iter().find(|r| r.get::<_, String>(1) == *column) {
+            match of_table.iter().find(|c| c[1] == *column) {
                 None => problems.push(format!("column {table}.{column} is missing")),
-                Some(row) => {
-                    let found: String = row.get(2);
-                    if found != *data_type {
+                Some(found) => {
+                    if found[2] != *data_type {
                         problems.push(format!(
-                            "column {table}.{column} is {found}, expected {data_type}"
+                            "column {table}.{column} is {}, expected {data_type}",
+                            found[2]
                         ));
                     }
-                    if row.get::<_, String>(3) != "NO" {
+                    if found[3] != "NO" {
                         problems.push(format!("column {table}.{column} must be NOT NULL"));
                     }
                 }
             }
         }
     }
-    let functions = client
+    let rows = client
         .query(
             "SELECT p.proname::text, oidvectortypes(p.proargtypes) \
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
@@ -199,12 +197,10 @@ pub(crate) async fn validate(
         )
         .await
         .map_err(|e| from_pg(what, e))?;
+    let functions = texts(&rows, 2)?;
     for (function, arguments) in FUNCTIONS {
         let name = format!("{prefix}{function}");
-        let present = functions
-            .iter()
-            .any(|r| r.get::<_, String>(0) == name && r.get::<_, String>(1) == *arguments);
-        if !present {
+        if !functions.iter().any(|f| f[0] == name && f[1] == *arguments) {
             problems.push(format!("function {name}({arguments}) is missing"));
         }
     }
@@ -219,6 +215,21 @@ pub(crate) async fn validate(
             prefix.as_str()
         )))
     }
+}
+
+/// The first `n` columns of every row, as text.
+fn texts(rows: &[tokio_postgres::Row], n: usize) -> Result<Vec<Vec<String>>, EventStorageError> {
+    rows.iter()
+        .map(|row| {
+            (0..n)
+                .map(|i| {
+                    row.try_get::<_, String>(i).map_err(|e| {
+                        EventStorageError::internal_with("unexpected catalog query result", e)
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
