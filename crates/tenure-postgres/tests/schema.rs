@@ -286,7 +286,7 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
     // Exactly what docs/postgres.md lists, and nothing else.
     client
         .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN; \
+            "CREATE ROLE {role} LOGIN PASSWORD '{role}_pw'; \
              GRANT USAGE ON SCHEMA public TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON {p}leases TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role};"
@@ -362,15 +362,15 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
     drop(owner_storage);
 }
 
-/// The test server's URL with `role` as the user (the local server trusts local roles).
+/// The test server's URL with `role` (and its password) as the user.
 fn role_url(role: &str) -> String {
     let url = &server().url;
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            format!("{scheme}://{role}@{host}")
+            format!("{scheme}://{role}:{role}_pw@{host}")
         }
-        None => format!("{url} user={role}"),
+        None => format!("{url} user={role} password={role}_pw"),
     }
 }
 
