@@ -61,6 +61,7 @@ mod error;
 mod fencing;
 mod lease;
 mod owner;
+mod processor;
 mod state;
 
 pub use config::{ConfigError, ElectorConfig, MIN_ELECTOR_TTL, ValidConfig, safety_margin};
@@ -68,4 +69,8 @@ pub use elector::LeaderElector;
 pub use error::ElectorError;
 pub use fencing::{FencingGuard, StaleToken};
 pub use lease::{LeaderLease, LeadershipLost};
+pub use processor::{
+    Batch, DEFAULT_BATCH_SIZE, DEFAULT_CALL_TIMEOUT, DEFAULT_IDLE_POLL, Processor, ProcessorConfig,
+    ProcessorConfigError, ProcessorError, Projection,
+};
 pub use state::LeadershipState;

@@ -1,19 +1,25 @@
 //! Test support: an in-memory storage whose clock is tokio's (so paused time moves the
 //! storage's clock too), wrapped per contender to fail, hang or slow down on demand, with a
-//! log of every call.
+//! log of every call and a timeline of every bookmark written (and of whatever a test's
+//! projections record in it: see `processing`).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub mod processing;
+
 use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::{
-    Capabilities, Clock, Contender, EventStorage, EventStorageError, LeaseRequest, LeaseResponse,
-    LeaseSnapshot, LeaseStatus, Timestamp, async_trait,
+    AppendRequest, Bookmark, Capabilities, Clock, Contender, EventPosition, EventQuery,
+    EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot, LeaseStatus,
+    ReadOptions, StoredEvent, Timestamp, async_trait,
 };
 use tokio::time::Instant;
+
+use processing::{Mark, Timeline};
 
 /// The storage clock of a paused-time test: a fixed base plus tokio's elapsed time.
 #[derive(Debug)]
@@ -56,6 +62,8 @@ pub struct Call {
 pub struct Backend {
     pub memory: MemoryEventStorage,
     pub origin: Instant,
+    /// Every bookmark written through a handle, in order, among what projections record.
+    pub timeline: Timeline,
     calls: Arc<Mutex<Vec<Call>>>,
 }
 
@@ -65,14 +73,21 @@ impl Backend {
         Backend {
             memory: MemoryEventStorage::with_clock(Arc::new(TokioClock { origin })),
             origin,
+            timeline: Timeline::default(),
             calls: Arc::default(),
         }
     }
 
     /// A handle for one contender, with its own fault switch.
     pub fn handle(&self) -> Faulty {
+        self.labelled("")
+    }
+
+    /// A handle whose bookmark writes are recorded as made by `label`.
+    pub fn labelled(&self, label: &str) -> Faulty {
         Faulty {
             backend: self.clone(),
+            label: label.to_owned(),
             fault: Arc::new(Mutex::new(Fault::None)),
         }
     }
@@ -122,6 +137,7 @@ impl Backend {
 #[derive(Clone, Debug)]
 pub struct Faulty {
     backend: Backend,
+    label: String,
     fault: Arc<Mutex<Fault>>,
 }
 
@@ -167,6 +183,12 @@ impl EventStorage for Faulty {
         self.inject().await?;
         let response = self.backend.memory.request_lease(request).await?;
         self.backend.answered(index, response.status);
+        if response.status == LeaseStatus::LeaderStepDownRequested {
+            // Placed before the elector learns of it: nothing it does in reaction comes first.
+            self.backend
+                .timeline
+                .push(Mark::StepDownRequested(request.owner.clone()));
+        }
         Ok(response)
     }
 
@@ -190,6 +212,40 @@ impl EventStorage for Faulty {
         lease_name: &str,
     ) -> Result<Vec<Contender>, EventStorageError> {
         self.backend.memory.get_lease_contenders(lease_name).await
+    }
+
+    async fn append(&self, request: &AppendRequest) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.inject().await?;
+        self.backend.memory.append(request).await
+    }
+
+    async fn read_events(
+        &self,
+        query: &EventQuery,
+        options: ReadOptions,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.inject().await?;
+        self.backend.memory.read_events(query, options).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+    ) -> Result<Bookmark, EventStorageError> {
+        self.inject().await?;
+        let bookmark = self.backend.memory.bookmark(reader, position, tags).await?;
+        self.backend.timeline.push(Mark::Bookmarked {
+            by: self.label.clone(),
+            position: position.get(),
+        });
+        Ok(bookmark)
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {
+        self.inject().await?;
+        self.backend.memory.get_bookmark(reader).await
     }
 }
 
