@@ -182,3 +182,250 @@ async fn three_processors_over_ten_thousand_events_survive_a_crash_and_a_step_do
         replica.elector.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_bookmark_is_read_again_on_every_tenure_never_cached() {
+    let backend = Backend::new();
+    let fence = Arc::new(FencingGuard::new());
+    let effects = Effects::default();
+    let recorder = |name: &str| Recorder::new(name, LEASE, &backend, &fence, &effects);
+    append_orders(&backend.memory, 0, 150).await;
+
+    let p1 = Replica::start(
+        &backend,
+        "p1",
+        elector_config(),
+        processor_config(),
+        recorder("p1"),
+    );
+    eventually(ms(1_000), async || {
+        bookmark_of(&backend.memory, LEASE).await == 150
+    })
+    .await;
+
+    // p2 outranks p1 and takes over; it moves the bookmark on.
+    let p2 = Replica::start(
+        &backend,
+        "p2",
+        elector_config().with_priority(5),
+        processor_config(),
+        recorder("p2"),
+    );
+    assert_eq!(wait_for_leader(&p2.elector).await.0, 2);
+    append_orders(&backend.memory, 150, 100).await;
+    eventually(ms(1_000), async || {
+        bookmark_of(&backend.memory, LEASE).await == 250
+    })
+    .await;
+
+    // p2 goes away; p1 leads again and resumes from p2's bookmark, not from its own 150.
+    p2.task.abort();
+    p2.elector.shutdown().await.unwrap();
+    assert_eq!(wait_for_leader(&p1.elector).await.0, 3);
+    append_orders(&backend.memory, 250, 50).await;
+    eventually(ms(1_000), async || {
+        bookmark_of(&backend.memory, LEASE).await == 300
+    })
+    .await;
+
+    let batches = backend.timeline.batches();
+    assert_eq!(
+        batches,
+        vec![
+            ("p1".into(), 1, 1, 100),
+            ("p1".into(), 1, 101, 150),
+            ("p2".into(), 2, 151, 250),
+            ("p1".into(), 3, 251, 300),
+        ]
+    );
+    assert!(effects.counts().values().all(|n| *n == 1));
+    p1.task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_down_lets_the_batch_in_progress_finish_and_be_bookmarked_then_releases() {
+    let backend = Backend::new();
+    let fence = Arc::new(FencingGuard::new());
+    let effects = Effects::default();
+    append_orders(&backend.memory, 0, 1_000).await;
+    let slow = Recorder {
+        work: ms(80),
+        ..Recorder::new("p1", LEASE, &backend, &fence, &effects)
+    };
+    let p1 = Replica::start(&backend, "p1", elector_config(), processor_config(), slow);
+    wait_for_leader(&p1.elector).await;
+    sleep(ms(130)).await; // p1 is in its second batch
+    let p2 = Replica::start(
+        &backend,
+        "p2",
+        elector_config().with_priority(5),
+        processor_config(),
+        Recorder::new("p2", LEASE, &backend, &fence, &effects),
+    );
+    assert_eq!(wait_for_leader(&p2.elector).await.0, 2);
+
+    let marks = backend.timeline.marks();
+    let asked = backend
+        .timeline
+        .index_of(|m| matches!(m, Mark::StepDownRequested(o) if o == "p1"))
+        .unwrap();
+    // Asked in the middle of a batch: the last thing p1 did before was to start one.
+    let Mark::Started { last, .. } = marks[..asked]
+        .iter()
+        .rev()
+        .find_map(|(_, m)| match m {
+            Mark::Started { .. } | Mark::Finished { .. } => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap()
+    else {
+        panic!("the step-down came between two batches");
+    };
+    // That batch finished, was bookmarked, and nothing else was started; then the release.
+    let after: Vec<Mark> = marks[asked + 1..]
+        .iter()
+        .map(|(_, m)| m.clone())
+        .take_while(|m| !matches!(m, Mark::Started { by, .. } if by == "p2"))
+        .collect();
+    assert_eq!(
+        after,
+        vec![
+            Mark::Finished {
+                by: "p1".into(),
+                token: 1,
+                completed: true
+            },
+            Mark::Bookmarked {
+                by: "p1".into(),
+                position: last
+            },
+        ]
+    );
+    let released = backend.calls_of("p1", "release");
+    assert_eq!(released.len(), 1);
+    let bookmarked_at = marks
+        .iter()
+        .find(|(_, m)| matches!(m, Mark::Bookmarked { position, .. } if *position == last))
+        .unwrap()
+        .0;
+    assert_eq!(released[0].sent, bookmarked_at, "released at once");
+
+    // p2 resumes right after p1's last batch: nothing is projected twice.
+    let batches = backend.timeline.batches();
+    let p2_first = batches.iter().find(|b| b.0 == "p2").unwrap();
+    assert_eq!(p2_first.2, last + 1);
+    eventually(ms(2_000), async || {
+        bookmark_of(&backend.memory, LEASE).await == 1_000
+    })
+    .await;
+    assert!(effects.counts().values().all(|n| *n == 1));
+    backend.timeline.assert_one_projector_at_a_time();
+    p1.task.abort();
+    p2.task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapse_cancels_the_projection_in_progress_and_nothing_is_bookmarked_after_it() {
+    let backend = Backend::new();
+    let fence = Arc::new(FencingGuard::new());
+    let effects = Effects::default();
+    append_orders(&backend.memory, 0, 300).await;
+    let slow = Recorder {
+        work: ms(200),
+        ..Recorder::new("p1", LEASE, &backend, &fence, &effects)
+    };
+    let p1 = Replica::start(&backend, "p1", elector_config(), processor_config(), slow);
+    wait_for_leader(&p1.elector).await;
+    sleep(ms(10)).await;
+    p1.lease_handle.set(support::Fault::Fail); // renewals fail from now on
+    let deadline = backend.last_confirmed_send("p1") + ms(297);
+
+    // The first batch (0 to 200 ms) completes within the tenure; the second (from 200 ms)
+    // is dropped at the deadline, 297 ms, and not bookmarked.
+    eventually(ms(1_000), async || !p1.elector.state().is_leader()).await;
+    let marks = backend.timeline.marks();
+    let cancelled = marks
+        .iter()
+        .find(|(_, m)| {
+            matches!(
+                m,
+                Mark::Finished {
+                    completed: false,
+                    ..
+                }
+            )
+        })
+        .unwrap();
+    assert_eq!(cancelled.0, deadline);
+    assert_eq!(backend.timeline.bookmarks(), vec![("p1".into(), 100)]);
+    assert!(!effects.contains(101));
+
+    // Once renewals work again, a new tenure starts over from the bookmark.
+    p1.lease_handle.set(support::Fault::None);
+    assert_eq!(wait_for_leader(&p1.elector).await.0, 2);
+    eventually(ms(2_000), async || {
+        bookmark_of(&backend.memory, LEASE).await == 300
+    })
+    .await;
+    let batches = backend.timeline.batches();
+    assert_eq!(
+        batches[..3],
+        [
+            ("p1".into(), 1, 1, 100),
+            ("p1".into(), 1, 101, 200),
+            ("p1".into(), 2, 101, 200),
+        ]
+    );
+    assert!(effects.counts().values().all(|n| *n == 1));
+    p1.task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caught_up_processor_picks_up_new_events_within_the_idle_poll() {
+    let backend = Backend::new();
+    append_orders(&backend.memory, 0, 10).await;
+    let (elector, _) = backend.elector(elector_config().with_owner("p1"));
+    // A projection whose state is Send but not Sync still runs in a spawned task.
+    let seen = std::cell::Cell::new(0);
+    let positions = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let projection = {
+        let positions = Arc::clone(&positions);
+        move |batch: tenure_election::Batch| {
+            seen.set(seen.get() + batch.len());
+            let positions = Arc::clone(&positions);
+            async move {
+                let now = tokio::time::Instant::now();
+                positions
+                    .lock()
+                    .unwrap()
+                    .extend(batch.events().iter().map(|e| (e.position.get(), now)));
+                Ok::<(), std::convert::Infallible>(())
+            }
+        }
+    };
+    let mut processor = tenure_election::Processor::new(
+        Arc::new(backend.memory.clone()),
+        elector,
+        processor_config(),
+        projection,
+    )
+    .unwrap();
+    let task = tokio::spawn(async move { processor.run().await });
+
+    eventually(ms(100), async || {
+        bookmark_of(&backend.memory, LEASE).await == 10
+    })
+    .await;
+    sleep(ms(55)).await;
+    let appended_at = tokio::time::Instant::now();
+    append_orders(&backend.memory, 10, 5).await;
+    eventually(ms(100), async || {
+        bookmark_of(&backend.memory, LEASE).await == 15
+    })
+    .await;
+    let positions = positions.lock().unwrap().clone();
+    assert_eq!(positions.len(), 15);
+    let picked_up = positions.last().unwrap().1;
+    assert!(picked_up - appended_at <= ms(20), "within one idle poll");
+    task.abort();
+}

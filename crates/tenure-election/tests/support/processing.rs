@@ -181,7 +181,7 @@ impl Effects {
         self.all().iter().any(|e| e.position == position)
     }
 
-    fn extend(&self, effects: impl IntoIterator<Item = Effect>) {
+    pub fn push_all(&self, effects: impl IntoIterator<Item = Effect>) {
         self.0.lock().unwrap().extend(effects);
     }
 }
@@ -267,8 +267,9 @@ impl Projection for Recorder {
             position: e.position.get(),
             token,
         });
-        self.fence
-            .admit_with(&self.lease, batch.token(), || self.effects.extend(effects))?;
+        self.fence.admit_with(&self.lease, batch.token(), || {
+            self.effects.push_all(effects)
+        })?;
         if self.hang_after.is_some_and(|p| {
             (batch.first_position().get()..=batch.last_position().get()).contains(&p)
         }) {
