@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tenure_ports::{Capability, EventPosition, EventStorage, EventStorageError};
 use tokio::time::{sleep, timeout};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::elector::LeaderElector;
 use crate::error::ElectorError;
@@ -189,8 +189,8 @@ pub use projection::{Batch, Projection};
 /// | `projected` | debug | a batch was projected | `first`, `last`, `count` |
 /// | `bookmarked` | debug | the bookmark moved | `position` |
 /// | `caught_up` | debug | a read found fewer events than a batch | `position` |
-/// | `stepping_down` | info | a step-down was requested: the batch is done, the lease is released | `position` |
-/// | `stopped` | info | the tenure ended, or [`run_until`](Self::run_until)'s signal fired | `reason` |
+/// | `stepping_down` | info | a step-down was requested: the batch in progress is done, the lease is released next | `position` (the tenure's last bookmark) |
+/// | `stopped` | info | the tenure ended (`reason`: `lost`, `step_down`) or [`run_until`](Self::run_until)'s signal fired (`stop_signal`) | `reason`, `position` |
 /// | `cancelled` | warn | the tenure ended during a projection: it was dropped | `first`, `last` |
 /// | `not_bookmarked` | warn | the tenure ended after a projection, before its bookmark | `first`, `last` |
 /// | `retrying` | warn | a storage call was not confirmed: retried after the idle poll | `operation`, `error` |
@@ -242,10 +242,40 @@ impl TenureEnd {
 /// How one storage call ended.
 enum Outcome<T> {
     Done(T),
-    /// Not confirmed (unavailable or timed out): retry from the bookmark after the idle poll.
+    /// Not confirmed (unavailable or timed out).
     Unconfirmed,
     /// The tenure ended during the call.
     Ended,
+}
+
+/// How one pass (from reading the bookmark on) ended.
+enum Pass {
+    /// The tenure is over.
+    End(TenureEnd),
+    /// A storage call was not confirmed: pause, then read the bookmark again, since a
+    /// bookmark write may or may not have landed.
+    Unconfirmed,
+}
+
+impl<T> Outcome<T> {
+    /// The call's value, or how the pass ends without it.
+    fn done(self) -> Result<T, Pass> {
+        match self {
+            Outcome::Done(value) => Ok(value),
+            Outcome::Unconfirmed => Err(Pass::Unconfirmed),
+            Outcome::Ended => Err(Pass::End(TenureEnd::Lost)),
+        }
+    }
+}
+
+/// A `tracing` event with the fields every processor event carries.
+macro_rules! emit {
+    ($level:ident, $lease:expr, $reader:expr, $($rest:tt)+) => {
+        $level!(
+            lease = %$lease.lease_name(), owner = %$lease.owner(), token = $lease.token().get(),
+            reader = $reader, $($rest)+
+        )
+    };
 }
 
 impl<P: Projection> Processor<P> {
@@ -323,10 +353,17 @@ impl<P: Projection> Processor<P> {
                 () = stop.fired() => return Ok(()),
                 lease = self.core.elector.wait_for_leadership() => lease?,
             };
-            let end = self.tenure(&lease, &mut stop).await?;
-            info!(
-                lease = %lease.lease_name(), owner = %lease.owner(), token = lease.token().get(),
-                reader = self.core.config.reader(), action = "stopped", reason = end.as_str(),
+            let mut bookmarked = None;
+            let end = self.tenure(&lease, &mut stop, &mut bookmarked).await?;
+            let reader = self.core.config.reader();
+            let position = bookmarked.map(EventPosition::get);
+            emit!(
+                info,
+                lease,
+                reader,
+                action = "stopped",
+                reason = end.as_str(),
+                position,
                 "stopped processing"
             );
             match end {
@@ -342,138 +379,105 @@ impl<P: Projection> Processor<P> {
         }
     }
 
-    /// One tenure: from the bookmark, batch after batch, until it ends.
+    /// One tenure: pass after pass from the bookmark, until it ends. `bookmarked` follows
+    /// the last bookmark written.
     async fn tenure<S: Future<Output = ()>>(
         &mut self,
         lease: &LeaderLease,
         stop: &mut Stop<'_, S>,
+        bookmarked: &mut Option<EventPosition>,
     ) -> Result<TenureEnd, ProcessorError<P::Error>> {
-        let core = &self.core;
-        let reader = core.config.reader();
-        'resume: loop {
-            let bookmark = core.storage.get_bookmark(reader);
-            let mut after = match core.call(lease, "get_bookmark", bookmark).await? {
-                Outcome::Done(bookmark) => bookmark.map(|b| b.position),
-                Outcome::Ended => return Ok(TenureEnd::Lost),
-                Outcome::Unconfirmed => match core.pause(lease, stop).await {
-                    Some(end) => return Ok(end),
-                    None => continue 'resume,
-                },
-            };
-            info!(
-                lease = %lease.lease_name(), owner = %lease.owner(), token = lease.token().get(),
-                reader, action = "resumed", position = after.map(EventPosition::get),
-                "processing from the bookmark"
+        let end = loop {
+            match self.pass(lease, stop, bookmarked).await? {
+                Pass::End(end) => break end,
+                Pass::Unconfirmed => {
+                    if let Some(end) = self.core.pause(lease, stop).await {
+                        break end;
+                    }
+                }
+            }
+        };
+        if end == TenureEnd::StepDown {
+            emit!(
+                info,
+                lease,
+                self.core.config.reader(),
+                action = "stepping_down",
+                position = bookmarked.map(EventPosition::get),
+                "step-down requested: the batch in progress is done, releasing"
             );
-            loop {
-                if let Some(end) = between_batches(lease, stop).await {
-                    if end == TenureEnd::StepDown {
-                        info!(
-                            lease = %lease.lease_name(), owner = %lease.owner(),
-                            token = lease.token().get(), reader, action = "stepping_down",
-                            position = after.map(EventPosition::get),
-                            "step-down requested: the last batch is bookmarked, releasing"
-                        );
-                    }
-                    return Ok(end);
-                }
+        }
+        Ok(end)
+    }
 
-                let read = core
-                    .storage
-                    .read_events(core.config.query(), core.config.read_options(after));
-                let events = match core.call(lease, "read_events", read).await? {
-                    Outcome::Done(events) => events,
-                    Outcome::Ended => return Ok(TenureEnd::Lost),
-                    Outcome::Unconfirmed => match core.pause(lease, stop).await {
-                        Some(end) => return Ok(end),
-                        None => continue 'resume,
-                    },
-                };
-                let caught_up = events.len() < core.config.batch_size();
-                let Some(batch) = Batch::new(events, after, lease.clone()) else {
-                    debug!(
-                        lease = %lease.lease_name(), owner = %lease.owner(),
-                        token = lease.token().get(), reader, action = "caught_up",
-                        position = after.map(EventPosition::get), "no new events"
-                    );
-                    match core.pause(lease, stop).await {
-                        Some(end) => return Ok(end),
-                        None => continue,
-                    }
-                };
-
-                let (first, last, count) =
-                    (batch.first_position(), batch.last_position(), batch.len());
-                match lease.until_lost(self.projection.project(batch)).await {
-                    Err(_) => {
-                        warn!(
-                            lease = %lease.lease_name(), owner = %lease.owner(),
-                            token = lease.token().get(), reader, action = "cancelled",
-                            first = first.get(), last = last.get(),
-                            "leadership lost during a projection: it was cancelled, and the \
-                             batch is left to the next holder"
-                        );
-                        return Ok(TenureEnd::Lost);
-                    }
-                    Ok(Err(error)) => {
-                        warn!(
-                            lease = %lease.lease_name(), owner = %lease.owner(),
-                            token = lease.token().get(), reader, action = "failed",
-                            first = first.get(), last = last.get(), error = %error,
-                            "the projection failed; the bookmark stays before the batch"
-                        );
-                        return Err(ProcessorError::Projection {
-                            error,
-                            token: lease.token(),
-                            first,
-                            last,
-                        });
-                    }
-                    Ok(Ok(())) => debug!(
-                        lease = %lease.lease_name(), owner = %lease.owner(),
-                        token = lease.token().get(), reader, action = "projected",
-                        first = first.get(), last = last.get(), count, "batch projected"
-                    ),
-                }
-
-                // Never bookmark after the tenure ended: the next holder may have moved on.
-                if !lease.is_valid() {
-                    warn!(
-                        lease = %lease.lease_name(), owner = %lease.owner(),
-                        token = lease.token().get(), reader, action = "not_bookmarked",
-                        first = first.get(), last = last.get(),
-                        "leadership lost after a projection, before its bookmark: the next \
-                         holder projects the batch again"
-                    );
-                    return Ok(TenureEnd::Lost);
+    /// Reads the bookmark, then projects and bookmarks batch after batch, until the tenure
+    /// ends or a storage call is not confirmed.
+    async fn pass<S: Future<Output = ()>>(
+        &mut self,
+        lease: &LeaderLease,
+        stop: &mut Stop<'_, S>,
+        bookmarked: &mut Option<EventPosition>,
+    ) -> Result<Pass, ProcessorError<P::Error>> {
+        let (core, projection) = (&self.core, &mut self.projection);
+        let reader = core.config.reader();
+        let bookmark = core.storage.get_bookmark(reader);
+        let mut after = match core.call(lease, "get_bookmark", bookmark).await?.done() {
+            Ok(bookmark) => bookmark.map(|b| b.position),
+            Err(pass) => return Ok(pass),
+        };
+        emit!(
+            info,
+            lease,
+            reader,
+            action = "resumed",
+            position = after.map(EventPosition::get),
+            "processing from the bookmark"
+        );
+        loop {
+            if let Some(end) = between_batches(lease, stop).await {
+                return Ok(Pass::End(end));
+            }
+            let read = core
+                .storage
+                .read_events(core.config.query(), core.config.read_options(after));
+            let events = match core.call(lease, "read_events", read).await?.done() {
+                Ok(events) => events,
+                Err(pass) => return Ok(pass),
+            };
+            let caught_up = events.len() < core.config.batch_size();
+            if let Some(batch) = Batch::new(events, after, lease.clone()) {
+                let last = batch.last_position();
+                if let Some(end) = core.project(projection, lease, batch).await? {
+                    return Ok(Pass::End(end));
                 }
                 let write = core
                     .storage
                     .bookmark(reader, last, core.config.bookmark_tags());
-                match core.call(lease, "bookmark", write).await? {
-                    Outcome::Done(_) => debug!(
-                        lease = %lease.lease_name(), owner = %lease.owner(),
-                        token = lease.token().get(), reader, action = "bookmarked",
-                        position = last.get(), "bookmark moved"
-                    ),
-                    Outcome::Ended => return Ok(TenureEnd::Lost),
-                    // The write may have landed or not: read the bookmark again.
-                    Outcome::Unconfirmed => match core.pause(lease, stop).await {
-                        Some(end) => return Ok(end),
-                        None => continue 'resume,
-                    },
+                if let Err(pass) = core.call(lease, "bookmark", write).await?.done() {
+                    return Ok(pass);
                 }
+                emit!(
+                    debug,
+                    lease,
+                    reader,
+                    action = "bookmarked",
+                    position = last.get(),
+                    "bookmark moved"
+                );
                 after = Some(last);
-
-                if caught_up {
-                    debug!(
-                        lease = %lease.lease_name(), owner = %lease.owner(),
-                        token = lease.token().get(), reader, action = "caught_up",
-                        position = last.get(), "caught up"
-                    );
-                    if let Some(end) = core.pause(lease, stop).await {
-                        return Ok(end);
-                    }
+                *bookmarked = after;
+            }
+            if caught_up {
+                emit!(
+                    trace,
+                    lease,
+                    reader,
+                    action = "caught_up",
+                    position = after.map(EventPosition::get),
+                    "caught up"
+                );
+                if let Some(end) = core.pause(lease, stop).await {
+                    return Ok(Pass::End(end));
                 }
             }
         }
@@ -519,6 +523,71 @@ impl<P> fmt::Debug for Processor<P> {
 }
 
 impl Core {
+    /// Projects one batch, cancelled if the tenure ends first. `Some` when the tenure has
+    /// ended: the batch must not be bookmarked.
+    async fn project<P: Projection>(
+        &self,
+        projection: &mut P,
+        lease: &LeaderLease,
+        batch: Batch,
+    ) -> Result<Option<TenureEnd>, ProcessorError<P::Error>> {
+        let reader = self.config.reader();
+        let (first, last, count) = (batch.first_position(), batch.last_position(), batch.len());
+        match lease.until_lost(projection.project(batch)).await {
+            Err(_) => {
+                emit!(
+                    warn,
+                    lease,
+                    reader,
+                    action = "cancelled",
+                    first = first.get(),
+                    last = last.get(),
+                    "leadership lost during a projection: it was cancelled, and the batch is \
+                     left to the next holder"
+                );
+                return Ok(Some(TenureEnd::Lost));
+            }
+            Ok(Err(error)) => {
+                emit!(warn, lease, reader, action = "failed", first = first.get(),
+                    last = last.get(), error = %error,
+                    "the projection failed; the bookmark stays before the batch");
+                return Err(ProcessorError::Projection {
+                    error,
+                    token: lease.token(),
+                    first,
+                    last,
+                });
+            }
+            Ok(Ok(())) => emit!(
+                debug,
+                lease,
+                reader,
+                action = "projected",
+                first = first.get(),
+                last = last.get(),
+                count,
+                "batch projected"
+            ),
+        }
+        // Never bookmark after the tenure ended: the next holder may have moved on. (The
+        // bookmark call is bounded by the tenure too; this says why in the log.)
+        if lease.is_valid() {
+            Ok(None)
+        } else {
+            emit!(
+                warn,
+                lease,
+                reader,
+                action = "not_bookmarked",
+                first = first.get(),
+                last = last.get(),
+                "leadership lost after a projection, before its bookmark: the next holder \
+                 projects the batch again"
+            );
+            Ok(Some(TenureEnd::Lost))
+        }
+    }
+
     /// Makes one storage call, bounded by the call timeout and by the tenure.
     async fn call<T, E>(
         &self,
@@ -541,11 +610,8 @@ impl Core {
                 self.config.call_timeout()
             ),
         };
-        warn!(
-            lease = %lease.lease_name(), owner = %lease.owner(), token = lease.token().get(),
-            reader = self.config.reader(), action = "retrying", operation, error = %error,
-            "storage call not confirmed; retrying from the bookmark after the idle poll"
-        );
+        emit!(warn, lease, self.config.reader(), action = "retrying", operation, error = %error,
+            "storage call not confirmed; retrying from the bookmark after the idle poll");
         Ok(Outcome::Unconfirmed)
     }
 

@@ -363,3 +363,63 @@ pub async fn eventually(limit: Duration, mut pred: impl AsyncFnMut() -> bool) ->
         sleep(ms(1)).await;
     }
 }
+
+/// The `tracing` events of this thread (a paused-time test runs on one), each as its fields
+/// by name, with the message under `message`.
+#[derive(Clone, Default, Debug)]
+pub struct Captured(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
+
+impl Captured {
+    /// Captures this thread's events until the guard is dropped.
+    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(self.clone())
+    }
+
+    /// The events whose `action` field is `action`.
+    pub fn with_action(&self, action: &str) -> Vec<BTreeMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.get("action").is_some_and(|a| a == action))
+            .cloned()
+            .collect()
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl tracing::Subscriber for Captured {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = BTreeMap::new();
+        fields.insert("level".to_owned(), event.metadata().level().to_string());
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap().push(fields);
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
