@@ -12,6 +12,9 @@
 //! lost, and one for when a step-down is requested. [`FencingGuard`] is the receiving side:
 //! it refuses writes stamped with a token older than one it has accepted, which is what stops
 //! a leader that was paused past its ttl (see its docs for the same check in PostgreSQL).
+//! [`Processor`] puts lease, bookmark and event log together: while its elector leads, it
+//! reads the bookmark, projects the events after it batch by batch with a [`Projection`],
+//! and moves the bookmark, stopping the moment the tenure ends.
 //!
 //! This crate is not a storage and makes no lease decision: it runs on any
 //! `Arc<dyn EventStorage>` (`tenure-memory`, `tenure-postgres`) and trusts the storage's
@@ -50,7 +53,8 @@
 //! `transition` field naming it: `acquired`, `step_down_requested`, `step_down_withdrawn`,
 //! `lost` (with a `reason`: `lapsed`, `taken_over`, `superseded`, `unconfirmed`),
 //! `released` and `standby` at info or warn; `renewed` at debug; failed calls at warn
-//! (`renewal_failed`, `unknown`, `release_failed`).
+//! (`renewal_failed`, `unknown`, `release_failed`). A [`Processor`]'s events carry `lease`,
+//! `owner`, `token`, `reader` and an `action` instead (see its docs).
 
 #![deny(missing_docs)]
 
