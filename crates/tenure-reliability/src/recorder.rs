@@ -19,7 +19,7 @@ use tokio::time::Instant;
 pub struct RecordingStorage {
     inner: Arc<dyn EventStorage>,
     history: Arc<History>,
-    releases: Mutex<Vec<(String, Instant)>>,
+    releases: Mutex<HashMap<String, Vec<Instant>>>,
     hung_until: Mutex<HashMap<String, Instant>>,
     hung_calls: AtomicU64,
 }
@@ -30,7 +30,7 @@ impl RecordingStorage {
         RecordingStorage {
             inner,
             history,
-            releases: Mutex::new(Vec::new()),
+            releases: Mutex::new(HashMap::new()),
             hung_until: Mutex::new(HashMap::new()),
             hung_calls: AtomicU64::new(0),
         }
@@ -49,15 +49,12 @@ impl RecordingStorage {
         self.hung_calls.load(Ordering::Relaxed)
     }
 
-    /// The instants at which `owner` invoked `release_lease`, in order.
-    pub fn releases_of(&self, owner: &str) -> Vec<Instant> {
-        self.releases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|(o, _)| o == owner)
-            .map(|(_, at)| *at)
-            .collect()
+    /// The first instant, at or after `since`, at which `owner` invoked `release_lease`.
+    pub fn first_release_since(&self, owner: &str, since: Instant) -> Option<Instant> {
+        let releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = releases.get(owner)?;
+        // Recorded in invocation order, so sorted.
+        mine.get(mine.partition_point(|at| *at < since)).copied()
     }
 
     /// Waits out a hang of `owner`, if one is in force, and fails the call as a partition would.
@@ -112,7 +109,9 @@ impl EventStorage for RecordingStorage {
         self.releases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((owner.to_owned(), Instant::now()));
+            .entry(owner.to_owned())
+            .or_default()
+            .push(Instant::now());
         self.hang_if_told(owner).await?;
         self.inner.release_lease(lease_name, owner).await
     }

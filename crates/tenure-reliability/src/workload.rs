@@ -297,11 +297,7 @@ async fn observe(
             }
             (previous, next) => {
                 if let Some((token, from, until)) = previous {
-                    let released = recorder
-                        .releases_of(&owner)
-                        .into_iter()
-                        .find(|at| *at >= from)
-                        .unwrap_or(now);
+                    let released = recorder.first_release_since(&owner, from).unwrap_or(now);
                     history.record_tenure(Tenure {
                         lease_name: lease_name.clone(),
                         owner: owner.clone(),

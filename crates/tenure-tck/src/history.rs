@@ -366,11 +366,14 @@ fn check_lease(lease: &str, calls: &[&Call], violations: &mut Vec<Violation>) ->
     }
 
     // 3. Holder continuity: no other holder answered strictly inside a tenure's span, from its
-    //    first holder answer's completion to its last holder answer's invocation.
-    let holders: Vec<&&Call> = calls
+    //    first holder answer's completion to its last holder answer's invocation. Holder
+    //    answers sorted by invocation make each span's candidates one contiguous range.
+    let mut holders: Vec<&Call> = calls
         .iter()
+        .copied()
         .filter(|c| token_of(c).is_some_and(|(_, _, s)| s.holds_lease()))
         .collect();
+    holders.sort_by_key(|c| c.invoked);
     let mut spans: HashMap<(FencingToken, &str), (Instant, Instant)> = HashMap::new();
     for call in &holders {
         let Some((token, _, _)) = token_of(call) else {
@@ -383,11 +386,12 @@ fn check_lease(lease: &str, calls: &[&Call], violations: &mut Vec<Violation>) ->
         span.1 = span.1.max(call.invoked);
     }
     for ((token, owner), (start, end)) in &spans {
-        for other in &holders {
+        let first = holders.partition_point(|c| c.invoked <= *start);
+        for other in holders[first..].iter().take_while(|c| c.invoked < *end) {
             let Some((other_token, _, _)) = token_of(other) else {
                 continue;
             };
-            if other.owner != *owner && other.invoked > *start && other.completed < *end {
+            if other.owner != *owner && other.completed < *end {
                 violations.push(Violation::TenureInterrupted {
                     lease_name: lease.to_owned(),
                     holder: ((*owner).to_owned(), *token),
