@@ -4,7 +4,8 @@
 //!   conformance kit against every backend included), and a summary line per backend.
 //!   This is the README's test command and what `.ci/run` calls.
 //! * `cargo xtask tck [--backend NAME]`: the conformance kit alone, against one backend or all.
-//! * `cargo xtask stress [--minutes N]`: the long reliability run, with its counts.
+//! * `cargo xtask stress [--minutes N]`: the long reliability run (long model tests, then
+//!   election workloads under faults), with its counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
 //! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
 //!
@@ -174,6 +175,33 @@ fn tck(backend: Option<&str>) -> Result<(), String> {
 
 fn stress(minutes: &str) -> Result<(), String> {
     report_postgres();
+    // The model tests, far longer than in `cargo xtask test`: the domain's decisions against
+    // the reference model, and the SQL decisions against the domain's.
+    step("the lease state machine against its model, 20,000 cases");
+    cargo_with_env(
+        &[
+            "test",
+            "--release",
+            "-p",
+            "tenure-domain",
+            "--test",
+            "model",
+        ],
+        ("PROPTEST_CASES", "20000"),
+    )?;
+    step("the SQL decisions against the domain's, 1,000 cases");
+    cargo_with_env(
+        &[
+            "test",
+            "--release",
+            "-p",
+            "tenure-postgres",
+            "--test",
+            "model",
+        ],
+        ("PROPTEST_CASES", "1000"),
+    )?;
+    step("election workloads under faults");
     cargo(&[
         "run",
         "--release",
@@ -250,7 +278,17 @@ fn cargo_command(args: &[&str]) -> Command {
 }
 
 fn cargo(args: &[&str]) -> Result<(), String> {
-    let status = cargo_command(args)
+    run_cargo(cargo_command(args), args)
+}
+
+fn cargo_with_env(args: &[&str], (key, value): (&str, &str)) -> Result<(), String> {
+    let mut command = cargo_command(args);
+    command.env(key, value);
+    run_cargo(command, args)
+}
+
+fn run_cargo(mut command: Command, args: &[&str]) -> Result<(), String> {
+    let status = command
         .status()
         .map_err(|e| format!("cannot run cargo {}: {e}", args.join(" ")))?;
     if status.success() {
