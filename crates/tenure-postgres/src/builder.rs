@@ -16,8 +16,11 @@ use crate::storage::PostgresEventStorage;
 
 /// The default pool size for a pool built from a URL.
 pub const DEFAULT_POOL_SIZE: usize = 8;
-/// The default bound on one lease call, from asking the pool for a connection to the answer.
+/// The default bound on one call, from asking the pool for a connection to the answer.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default bound on how long a read waits for older transactions to finish (see
+/// [`PostgresEventStorageBuilder::visibility_wait`]).
+pub const DEFAULT_VISIBILITY_WAIT: Duration = Duration::from_millis(250);
 /// The default bound on the schema work of [`PostgresEventStorageBuilder::build`].
 pub const DEFAULT_SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -49,6 +52,7 @@ pub struct PostgresEventStorageBuilder {
     schema_mode: SchemaMode,
     pool_size: usize,
     call_timeout: Duration,
+    visibility_wait: Duration,
     schema_timeout: Duration,
 }
 
@@ -65,6 +69,7 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             .field("schema_mode", &self.schema_mode)
             .field("pool_size", &self.pool_size)
             .field("call_timeout", &self.call_timeout)
+            .field("visibility_wait", &self.visibility_wait)
             .field("schema_timeout", &self.schema_timeout)
             .finish()
     }
@@ -78,6 +83,7 @@ impl Default for PostgresEventStorageBuilder {
             schema_mode: SchemaMode::default(),
             pool_size: DEFAULT_POOL_SIZE,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            visibility_wait: DEFAULT_VISIBILITY_WAIT,
             schema_timeout: DEFAULT_SCHEMA_TIMEOUT,
         }
     }
@@ -124,12 +130,29 @@ impl PostgresEventStorageBuilder {
         self
     }
 
-    /// The bound on one lease call, waiting for a connection included (default 5 s). A call
-    /// that takes longer fails with [`EventStorageError::Unavailable`]: its outcome is unknown.
-    /// Keep it well below the ttls you request.
+    /// The bound on one call, waiting for a connection included (default 5 s). A call that
+    /// takes longer fails with [`EventStorageError::Unavailable`]: its outcome is unknown. Keep
+    /// it well below the ttls you request.
     #[must_use]
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// How long a read may wait for transactions older than the newest committed event to
+    /// finish (default 250 ms; never more than half the call timeout; zero: never wait).
+    ///
+    /// A read returns only events written by transactions older than every transaction still
+    /// in flight anywhere in the cluster (the `pg_snapshot_xmin` barrier), so that it never
+    /// returns a position beyond an event that may still commit. Right after an append
+    /// commits, an older transaction (another append, a lease call, anyone's) may still be
+    /// running, and the barrier hides the new events. A read that finds committed events
+    /// hidden waits, up to this long, for the barrier to pass them, then reads again: so a read
+    /// that starts after an append returned sees its events, unless a transaction stays open
+    /// longer than this. After the wait it returns what the barrier allows, never more.
+    #[must_use]
+    pub fn visibility_wait(mut self, wait: Duration) -> Self {
+        self.visibility_wait = wait;
         self
     }
 
@@ -174,7 +197,14 @@ impl PostgresEventStorageBuilder {
             }
         };
         tracing::debug!(target: "tenure_postgres", %prefix, %target, mode = ?self.schema_mode, "building the storage");
-        let storage = PostgresEventStorage::new(pool, prefix, self.call_timeout, owns_pool, target);
+        let storage = PostgresEventStorage::new(
+            pool,
+            prefix,
+            self.call_timeout,
+            self.visibility_wait,
+            owns_pool,
+            target,
+        );
         if self.schema_mode != SchemaMode::None {
             let work = apply_schema_mode(&storage, self.schema_mode);
             match tokio::time::timeout(self.schema_timeout, work).await {
@@ -213,7 +243,7 @@ async fn apply_schema_mode(
         drop(deadpool_postgres::Object::take(client));
         return Err(err);
     }
-    schema::validate(&client, storage.prefix()).await
+    schema::validate(&**client, storage.prefix()).await
 }
 
 fn pool_from_url(url: &str, size: usize, timeout: Duration) -> Result<Pool, BuildError> {

@@ -37,8 +37,8 @@ pub(crate) fn from_pg(what: &str, err: tokio_postgres::Error) -> EventStorageErr
     {
         return EventStorageError::schema_with(
             format!(
-                "{what}: the lease tables or functions are missing, outdated, or not granted \
-                 to this role (see tenure_postgres::ddl and docs/postgres.md)"
+                "{what}: the tables or functions are missing, outdated, or not granted to this \
+                 role (see tenure_postgres::ddl and docs/postgres.md)"
             ),
             err,
         );

@@ -7,8 +7,12 @@ mod support;
 use std::error::Error as _;
 use std::time::Duration;
 
+use serde_json::json;
 use support::{admin, builder, fresh_prefix, fresh_storage, server};
-use tenure_ports::{EventStorage, EventStorageError, LeaseRequest, LeaseStatus};
+use tenure_ports::{
+    AppendRequest, EventQuery, EventStorage, EventStorageError, LeaseRequest, LeaseStatus,
+    NewEvent, ReadOptions,
+};
 use tenure_postgres::{BuildError, PostgresEventStorage, SchemaMode, ddl};
 
 fn request(lease: &str, owner: &str) -> LeaseRequest {
@@ -33,8 +37,10 @@ async fn ensure_twice_is_harmless_and_keeps_the_data() {
     let (first, guard) = fresh_storage().await;
     let granted = first.request_lease(&request("l", "a")).await.unwrap();
     let objects = count_objects(guard.prefix()).await;
-    // two tables, their primary key indexes, two functions (and no more after a second run)
-    assert_eq!(objects, 6);
+    // Leases: two tables, their primary key indexes, two functions. Events: three tables, their
+    // primary key indexes, the position sequence, three more indexes, one function. And no
+    // more after a second run.
+    assert_eq!(objects, 6 + 11);
     let second = builder(&guard).build().await.unwrap();
     assert_eq!(count_objects(guard.prefix()).await, objects);
     let standby = second.request_lease(&request("l", "b")).await.unwrap();
@@ -69,6 +75,13 @@ async fn validate_on_an_empty_schema_names_every_missing_object() {
         format!("table {p}lease_contenders is missing"),
         format!("function {p}request_lease_v1("),
         format!("function {p}release_lease_v1("),
+        format!("table {p}events is missing"),
+        format!("table {p}event_keys is missing"),
+        format!("table {p}bookmarks is missing"),
+        format!(
+            "function {p}append_events_v1(text[], text[], jsonb[], text[], text, boolean, \
+             text[], text[], text[], bigint) is missing"
+        ),
     ] {
         assert!(message.contains(&name), "{name:?} not in {message}");
     }
@@ -117,6 +130,40 @@ async fn validate_names_wrong_and_missing_columns() {
     ] {
         assert!(message.contains(&expected), "{expected:?} not in {message}");
     }
+}
+
+#[tokio::test]
+async fn validate_names_wrong_event_columns_and_missing_indexes() {
+    let guard = fresh_prefix();
+    let p = guard.prefix();
+    let client = admin().await;
+    client.batch_execute(&ddl(p).unwrap()).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "DROP INDEX {p}events_tags_idx; \
+             ALTER TABLE {p}events ALTER COLUMN transaction_id TYPE bigint USING 0; \
+             ALTER TABLE {p}events ALTER COLUMN tags TYPE text; \
+             ALTER TABLE {p}bookmarks DROP COLUMN placed_at; \
+             ALTER TABLE {p}event_keys DROP CONSTRAINT {p}event_keys_pkey;"
+        ))
+        .await
+        .unwrap();
+    let message = builder(&guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        format!("column {p}events.transaction_id is bigint, expected xid8"),
+        format!("column {p}events.tags is text, expected text[]"),
+        format!("column {p}bookmarks.placed_at is missing"),
+        format!("index {p}events_tags_idx is missing"),
+        format!("index {p}event_keys_pkey is missing"),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} not in {message}");
+    }
+    assert!(!message.contains("sequence"), "{message}");
 }
 
 #[tokio::test]
@@ -289,7 +336,10 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
             "CREATE ROLE {role} LOGIN PASSWORD '{role}_pw'; \
              GRANT USAGE ON SCHEMA public TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON {p}leases TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role};"
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role}; \
+             GRANT SELECT, INSERT ON {p}events, {p}event_keys TO {role}; \
+             GRANT USAGE, UPDATE ON SEQUENCE {p}events_position_seq TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}bookmarks TO {role};"
         ))
         .await
         .unwrap();
@@ -336,6 +386,52 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
         assert!(storage.get_leases().await.unwrap().get(&lease).is_some());
         let contenders = storage.get_lease_contenders(&lease).await.unwrap();
         assert_eq!(contenders.len(), 1, "{contenders:?}");
+
+        // The event log and the bookmarks: every kind of append, a read, every bookmark call.
+        let stream = format!("s-{mode:?}");
+        let event = |n: u64| NewEvent::new(&stream, "T", json!({ "n": n })).tagged("t");
+        let first = storage
+            .append(&AppendRequest::new(vec![event(1), event(2)]))
+            .await
+            .unwrap();
+        let keyed = AppendRequest::new(vec![event(3)]).idempotent(format!("k-{mode:?}"));
+        let stored = storage.append(&keyed).await.unwrap();
+        assert_eq!(storage.append(&keyed).await.unwrap(), stored);
+        let conditional = AppendRequest::new(vec![event(4)])
+            .on_condition(EventQuery::stream(&stream), Some(stored[0].position));
+        storage.append(&conditional).await.unwrap();
+        assert!(matches!(
+            storage.append(&conditional).await,
+            Err(EventStorageError::AppendConflict { .. })
+        ));
+        let read = storage
+            .read_events(
+                &EventQuery::stream(&stream).with_tag("t"),
+                ReadOptions::forwards(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(read.len(), 4);
+        let reader = format!("r-{mode:?}");
+        storage
+            .bookmark(&reader, first[0].position, &[])
+            .await
+            .unwrap();
+        storage
+            .bookmark(&reader, read[3].position, &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            storage
+                .get_bookmark(&reader)
+                .await
+                .unwrap()
+                .unwrap()
+                .position,
+            read[3].position
+        );
+        assert_eq!(storage.get_bookmarks().await.unwrap().len(), 1);
+        storage.remove_bookmark(&reader).await.unwrap();
         storage.close().await.unwrap();
     }
     // The role really cannot delete a lease record.
@@ -348,6 +444,20 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
         err.code(),
         Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
     );
+    // Nor change or remove an event, nor an idempotency key.
+    for statement in [
+        format!("UPDATE {p}events SET stream = 'x'"),
+        format!("DELETE FROM {p}events"),
+        format!("UPDATE {p}event_keys SET last_position = 0"),
+        format!("DELETE FROM {p}event_keys"),
+    ] {
+        let err = role_client.execute(&statement, &[]).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{statement}"
+        );
+    }
     // And Ensure, which needs to create and own objects, is refused with a schema error.
     let err = PostgresEventStorage::builder()
         .url(role_url)
@@ -360,6 +470,80 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
         "{err:?}"
     );
     drop(owner_storage);
+}
+
+/// Issue 7: a role that may not create anything in its schema gets, from Ensure, a Schema error
+/// that says so and names every object it could not create; nothing is created.
+#[tokio::test]
+async fn ensure_without_create_privilege_names_what_it_could_not_create() {
+    let guard = fresh_prefix();
+    let p = guard.prefix().to_owned();
+    let role = tenure_pg_test::unique_name("tenure_role");
+    let schema = tenure_pg_test::unique_name("tenure_schema");
+    // A schema of the test's own, on which the role has USAGE only, first on its search_path:
+    // whatever the server grants PUBLIC on `public`.
+    admin()
+        .await
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{role}_pw'; \
+             CREATE SCHEMA {schema}; \
+             GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             ALTER ROLE {role} SET search_path = {schema};"
+        ))
+        .await
+        .unwrap();
+    struct Cleanup(String, String, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = tenure_pg_test::execute_detached(
+                &self.0,
+                &format!(
+                    "DROP SCHEMA IF EXISTS {0} CASCADE; DROP OWNED BY {1}; \
+                     DROP ROLE IF EXISTS {1};",
+                    self.1, self.2
+                ),
+            );
+        }
+    }
+    let _cleanup = Cleanup(server().url.clone(), schema.clone(), role.clone());
+
+    let err = PostgresEventStorage::builder()
+        .url(role_url(&role))
+        .prefix(&p)
+        .schema_mode(SchemaMode::Ensure)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BuildError::Storage(EventStorageError::Schema { .. })),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for expected in [
+        "SchemaMode::Ensure cannot create".to_owned(),
+        format!("role \"{role}\" has no CREATE privilege on schema \"{schema}\""),
+        format!("table {p}leases is missing"),
+        format!("table {p}lease_contenders is missing"),
+        format!("table {p}events is missing"),
+        format!("table {p}event_keys is missing"),
+        format!("table {p}bookmarks is missing"),
+        format!("function {p}append_events_v1("),
+        format!("tenure_postgres::ddl(\"{p}\")"),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} not in {message}");
+    }
+    assert!(!message.contains(&format!("{role}_pw")), "{message}");
+    let created: i64 = admin()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = $1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(created, 0);
 }
 
 /// The test server's URL with `role` (and its password) as the user.
