@@ -472,6 +472,121 @@ async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
     drop(owner_storage);
 }
 
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 7: no log line shows a password. Every event, at every level, of builds and calls
+/// with passwords in URLs and key/value strings, succeeding, refused, and timed out.
+#[tokio::test]
+async fn no_tracing_event_shows_a_password() {
+    let secret = "Tr4c3dS3cretPa55";
+    let role = tenure_pg_test::unique_name("tenure_role");
+    admin()
+        .await
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{secret}'; \
+             GRANT USAGE ON SCHEMA public TO {role};"
+        ))
+        .await
+        .unwrap();
+    struct DropRole(String, String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = tenure_pg_test::execute_detached(
+                &self.0,
+                &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0};", self.1),
+            );
+        }
+    }
+    let _drop_role = DropRole(server().url.clone(), role.clone());
+    let good_url = role_url_with_password(&role, secret);
+
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer({
+            let captured = captured.clone();
+            move || captured.clone()
+        })
+        .finish();
+    // This test runs on one thread (a current-thread runtime): every event reaches it.
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    // A storage that connects with the password, and calls that reach the server.
+    let storage = PostgresEventStorage::builder()
+        .url(good_url.clone())
+        .prefix(tenure_pg_test::unique_prefix())
+        .schema_mode(SchemaMode::None)
+        .call_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
+    assert!(matches!(err, EventStorageError::Schema { .. }), "{err:?}");
+    // A call that times out (the warning): a lease call kept waiting on its lock.
+    let (_ensured, guard) = fresh_storage().await;
+    let p = guard.prefix();
+    admin()
+        .await
+        .batch_execute(&format!(
+            "GRANT SELECT, INSERT, UPDATE ON {p}leases TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role};"
+        ))
+        .await
+        .unwrap();
+    let mut holder = admin().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT pg_advisory_xact_lock({})", support::LOCK_KEY_SQL),
+        &[&p, &"l"],
+    )
+    .await
+    .unwrap();
+    let hurried = PostgresEventStorage::builder()
+        .url(good_url.clone())
+        .prefix(p)
+        .schema_mode(SchemaMode::None)
+        .call_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let err = hurried.request_lease(&request("l", "a")).await.unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+    tx.rollback().await.unwrap();
+    // And builds that fail.
+    for url in [
+        good_url,
+        format!("postgres://{role}:{secret}@127.0.0.1:1/postgres"),
+        format!("host=127.0.0.1 port=1 user={role} password={secret} dbname=postgres"),
+        format!("postgres://{role}:{secret}@127.0.0.1:notaport/postgres"),
+    ] {
+        let _ = PostgresEventStorage::builder()
+            .url(url)
+            .schema_mode(SchemaMode::Validate)
+            .call_timeout(Duration::from_secs(3))
+            .build()
+            .await;
+    }
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("building the storage"), "{log}");
+    assert!(log.contains("call timed out"), "{log}");
+    assert!(log.contains(":***@"), "the URL, redacted: {log}");
+    assert!(!log.contains(secret), "{log}");
+}
+
 /// Issue 7: a role that may not create anything in its schema gets, from Ensure, a Schema error
 /// that says so and names every object it could not create; nothing is created.
 #[tokio::test]
@@ -546,15 +661,20 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
     assert_eq!(created, 0);
 }
 
-/// The test server's URL with `role` (and its password) as the user.
+/// The test server's URL with `role` (and its password, `<role>_pw`) as the user.
 fn role_url(role: &str) -> String {
+    role_url_with_password(role, &format!("{role}_pw"))
+}
+
+/// The test server's URL with `role` and `password` as the user.
+fn role_url_with_password(role: &str, password: &str) -> String {
     let url = &server().url;
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            format!("{scheme}://{role}:{role}_pw@{host}")
+            format!("{scheme}://{role}:{password}@{host}")
         }
-        None => format!("{url} user={role} password={role}_pw"),
+        None => format!("{url} user={role} password={password}"),
     }
 }
 
