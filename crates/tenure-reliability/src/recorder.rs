@@ -19,7 +19,7 @@ use tokio::time::Instant;
 pub struct RecordingStorage {
     inner: Arc<dyn EventStorage>,
     history: Arc<History>,
-    releases: Mutex<HashMap<String, Vec<Instant>>>,
+    releases: Mutex<HashMap<(String, String), Vec<Instant>>>,
     hung_until: Mutex<HashMap<String, Instant>>,
     hung_calls: AtomicU64,
 }
@@ -49,10 +49,16 @@ impl RecordingStorage {
         self.hung_calls.load(Ordering::Relaxed)
     }
 
-    /// The first instant, at or after `since`, at which `owner` invoked `release_lease`.
-    pub fn first_release_since(&self, owner: &str, since: Instant) -> Option<Instant> {
+    /// The first instant, at or after `since`, at which `owner` invoked `release_lease` on
+    /// `lease_name`.
+    pub fn first_release_since(
+        &self,
+        lease_name: &str,
+        owner: &str,
+        since: Instant,
+    ) -> Option<Instant> {
         let releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
-        let mine = releases.get(owner)?;
+        let mine = releases.get(&(lease_name.to_owned(), owner.to_owned()))?;
         // Recorded in invocation order, so sorted.
         mine.get(mine.partition_point(|at| *at < since)).copied()
     }
@@ -90,18 +96,27 @@ impl EventStorage for RecordingStorage {
         &self,
         request: &LeaseRequest,
     ) -> Result<LeaseResponse, EventStorageError> {
-        let invoked = Instant::now();
+        // A call whose future is dropped (the caller's timeout) is recorded as failed: its
+        // outcome is unknown.
+        let mut pending = Pending {
+            history: &self.history,
+            call: Some(tenure_tck::history::Call {
+                lease_name: request.lease_name.clone(),
+                owner: request.owner.clone(),
+                invoked: Instant::now(),
+                completed: Instant::now(),
+                response: None,
+            }),
+        };
         let result = match self.hang_if_told(&request.owner).await {
             Ok(()) => self.inner.request_lease(request).await,
             Err(err) => Err(err),
         };
-        self.history.record_call(tenure_tck::history::Call {
-            lease_name: request.lease_name.clone(),
-            owner: request.owner.clone(),
-            invoked,
-            completed: Instant::now(),
-            response: result.as_ref().ok().cloned(),
-        });
+        if let Some(mut call) = pending.call.take() {
+            call.completed = Instant::now();
+            call.response = result.as_ref().ok().cloned();
+            self.history.record_call(call);
+        }
         result
     }
 
@@ -109,7 +124,7 @@ impl EventStorage for RecordingStorage {
         self.releases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry(owner.to_owned())
+            .entry((lease_name.to_owned(), owner.to_owned()))
             .or_default()
             .push(Instant::now());
         self.hang_if_told(owner).await?;
@@ -129,5 +144,20 @@ impl EventStorage for RecordingStorage {
 
     async fn close(&self) -> Result<(), EventStorageError> {
         self.inner.close().await
+    }
+}
+
+/// Records a call as failed if it is dropped before it completes.
+struct Pending<'a> {
+    history: &'a History,
+    call: Option<tenure_tck::history::Call>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(mut call) = self.call.take() {
+            call.completed = Instant::now();
+            self.history.record_call(call);
+        }
     }
 }

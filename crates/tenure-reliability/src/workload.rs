@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tenure_election::{ElectorConfig, FencingGuard, LeaderElector, LeadershipState};
+use tenure_election::{ElectorConfig, FencingGuard, LeaderElector, LeadershipState, safety_margin};
 use tenure_ports::{EventStorage, FencingToken};
-use tenure_tck::history::{FencedWrite, History, Report, Tenure};
+use tenure_tck::history::{Call, FencedWrite, History, Report, Tenure};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -17,9 +17,12 @@ use crate::recorder::RecordingStorage;
 /// How to run a workload.
 #[derive(Clone, Debug)]
 pub struct WorkloadConfig {
-    /// The lease all electors contend for.
+    /// The lease the electors contend for (with `-1`, `-2`, … appended when `leases` > 1).
     pub lease_name: String,
-    /// How many electors.
+    /// How many independent leases, each with its own electors (more calls per second
+    /// without making any one election unrealistic).
+    pub leases: usize,
+    /// How many electors contend for each lease.
     pub electors: usize,
     /// The shortest and longest ttl an elector is given.
     pub ttl: (Duration, Duration),
@@ -42,6 +45,7 @@ impl WorkloadConfig {
     pub fn standard(lease_name: impl Into<String>, min_calls: usize) -> Self {
         WorkloadConfig {
             lease_name: lease_name.into(),
+            leases: 1,
             electors: 16,
             ttl: (Duration::from_millis(300), Duration::from_secs(2)),
             poll_divisor: 3,
@@ -141,38 +145,46 @@ pub async fn run(config: &WorkloadConfig, storage: Arc<dyn EventStorage>) -> Wor
 
     let mut electors = Vec::new();
     let mut tasks = JoinSet::new();
-    for n in 0..config.electors {
-        let ttl = rng.between(config.ttl.0, config.ttl.1);
-        let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
-        let owner = format!("elector-{n:02}");
-        let elector_config = ElectorConfig::new(config.lease_name.clone(), ttl)
-            .with_owner(owner.clone())
-            .with_priority(i64::try_from(rng.next_u64() % 4).unwrap_or(0))
-            .with_poll_interval(ttl / config.poll_divisor);
-        let storage: Arc<dyn EventStorage> = recorder.clone();
-        let elector = match LeaderElector::start(storage, elector_config) {
-            Ok(elector) => elector,
-            Err(err) => panic!("the workload's elector configuration is invalid: {err}"),
+    for lease in 0..config.leases.max(1) {
+        let lease_name = if config.leases > 1 {
+            format!("{}-{lease}", config.lease_name)
+        } else {
+            config.lease_name.clone()
         };
-        tasks.spawn(observe(
-            elector.clone(),
-            Arc::clone(&history),
-            Arc::clone(&recorder),
-            Arc::clone(&stop),
-        ));
-        tasks.spawn(work(Worker {
-            elector: elector.clone(),
-            ttl,
-            rng: Rng::new(config.seed ^ (n as u64 + 1)),
-            config: config.clone(),
-            history: Arc::clone(&history),
-            recorder: Arc::clone(&recorder),
-            guard: Arc::clone(&guard),
-            stop: Arc::clone(&stop),
-            pauses: Arc::clone(&pauses),
-            releases: Arc::clone(&releases),
-        }));
-        electors.push(elector);
+        for n in 0..config.electors {
+            let ttl = rng.between(config.ttl.0, config.ttl.1);
+            let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
+            let owner = format!("elector-{lease}-{n:02}");
+            let elector_config = ElectorConfig::new(lease_name.clone(), ttl)
+                .with_owner(owner)
+                .with_priority(i64::try_from(rng.next_u64() % 4).unwrap_or(0))
+                .with_poll_interval(ttl / config.poll_divisor);
+            let storage: Arc<dyn EventStorage> = recorder.clone();
+            let elector = match LeaderElector::start(storage, elector_config) {
+                Ok(elector) => elector,
+                Err(err) => panic!("the workload's elector configuration is invalid: {err}"),
+            };
+            tasks.spawn(observe(
+                elector.clone(),
+                Arc::clone(&history),
+                Arc::clone(&recorder),
+                Arc::clone(&stop),
+            ));
+            tasks.spawn(work(Worker {
+                elector: elector.clone(),
+                lease_name: lease_name.clone(),
+                ttl,
+                rng: Rng::new(config.seed ^ ((lease * config.electors + n) as u64 + 1)),
+                config: config.clone(),
+                history: Arc::clone(&history),
+                recorder: Arc::clone(&recorder),
+                guard: Arc::clone(&guard),
+                stop: Arc::clone(&stop),
+                pauses: Arc::clone(&pauses),
+                releases: Arc::clone(&releases),
+            }));
+            electors.push(elector);
+        }
     }
 
     while history.calls() < config.min_calls && started.elapsed() < config.max_duration {
@@ -184,6 +196,9 @@ pub async fn run(config: &WorkloadConfig, storage: Arc<dyn EventStorage>) -> Wor
         let _ = elector.shutdown().await;
     }
     while tasks.join_next().await.is_some() {}
+    for tenure in tenures_by_the_rule(&history.recorded_calls(), &recorder) {
+        history.record_tenure(tenure);
+    }
 
     WorkloadReport {
         history: history.check(),
@@ -196,6 +211,7 @@ pub async fn run(config: &WorkloadConfig, storage: Arc<dyn EventStorage>) -> Wor
 
 struct Worker {
     elector: LeaderElector,
+    lease_name: String,
     ttl: Duration,
     rng: Rng,
     config: WorkloadConfig,
@@ -209,7 +225,7 @@ struct Worker {
 
 impl Worker {
     fn write(&self, token: FencingToken) {
-        let lease_name = self.config.lease_name.as_str();
+        let lease_name = self.lease_name.as_str();
         let owner = self.elector.owner().to_string();
         let record = |accepted| FencedWrite {
             lease_name: lease_name.to_owned(),
@@ -265,6 +281,35 @@ async fn work(mut w: Worker) {
     }
 }
 
+/// The spans during which each caller may act as leader **by the self-demotion rule**, derived
+/// from the calls alone: from the completion of each answer that gave it the lease, until the
+/// instant its request was sent plus the ttl less the safety margin, cut short by its next
+/// release. These complement the spans observed on the electors' state (which a `watch`
+/// channel may coalesce): together they check both the rule and the elector that applies it.
+fn tenures_by_the_rule(calls: &[Call], recorder: &RecordingStorage) -> Vec<Tenure> {
+    calls
+        .iter()
+        .filter_map(|call| {
+            let response = call.response.as_ref()?;
+            if !response.status.holds_lease() {
+                return None;
+            }
+            let ttl = response.lease.ttl;
+            let deadline = call.invoked + ttl - safety_margin(ttl);
+            let until = recorder
+                .first_release_since(&call.lease_name, &call.owner, call.completed)
+                .map_or(deadline, |released| released.min(deadline));
+            (call.completed < until).then(|| Tenure {
+                lease_name: call.lease_name.clone(),
+                owner: call.owner.clone(),
+                token: response.fencing_token,
+                from: call.completed,
+                until,
+            })
+        })
+        .collect()
+}
+
 /// Records the spans during which `elector` considered itself leader.
 ///
 /// A span starts when the elector publishes a leader state and ends at the earliest of: when
@@ -297,7 +342,9 @@ async fn observe(
             }
             (previous, next) => {
                 if let Some((token, from, until)) = previous {
-                    let released = recorder.first_release_since(&owner, from).unwrap_or(now);
+                    let released = recorder
+                        .first_release_since(&lease_name, &owner, from)
+                        .unwrap_or(now);
                     history.record_tenure(Tenure {
                         lease_name: lease_name.clone(),
                         owner: owner.clone(),

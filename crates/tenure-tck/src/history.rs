@@ -236,6 +236,14 @@ impl History {
         result
     }
 
+    /// Every lease call recorded so far.
+    pub fn recorded_calls(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// How many lease calls were recorded so far.
     pub fn calls(&self) -> usize {
         self.calls
@@ -410,23 +418,40 @@ fn check_tenures(tenures: &[Tenure], violations: &mut Vec<Violation>) {
     }
     for (lease, mut spans) in by_lease {
         spans.sort_by_key(|t| t.from);
-        // Sweep by start, keeping the span that reaches furthest so far.
+        // Sweep by start, keeping the span that reaches furthest so far and the furthest of
+        // any *other* owner: a span overlaps another owner's exactly when it starts before the
+        // furthest end among the other owners' spans that started before it.
         let mut furthest: Option<&Tenure> = None;
+        let mut runner_up: Option<&Tenure> = None; // furthest of an owner other than furthest's
         for span in spans {
-            if let Some(previous) = furthest
-                && previous.owner != span.owner
-                && span.from < previous.until
+            let rival = match furthest {
+                Some(f) if f.owner != span.owner => Some(f),
+                _ => runner_up,
+            };
+            if let Some(rival) = rival
+                && span.from < rival.until
             {
                 violations.push(Violation::OverlappingLeaders {
                     lease_name: lease.to_owned(),
                     leaders: (
-                        (previous.owner.clone(), previous.token),
+                        (rival.owner.clone(), rival.token),
                         (span.owner.clone(), span.token),
                     ),
                 });
             }
-            if furthest.is_none_or(|f| span.until > f.until) {
-                furthest = Some(span);
+            match furthest {
+                None => furthest = Some(span),
+                Some(f) if span.until > f.until => {
+                    if f.owner != span.owner {
+                        runner_up = Some(f);
+                    }
+                    furthest = Some(span);
+                }
+                Some(f) => {
+                    if f.owner != span.owner && runner_up.is_none_or(|r| span.until > r.until) {
+                        runner_up = Some(span);
+                    }
+                }
             }
         }
     }
@@ -569,6 +594,25 @@ mod tests {
         assert_eq!(overlapping.violations.len(), 1);
         let touching = check(&[], &[span("a", 1, 0, 100), span("b", 2, 100, 200)], &[]);
         assert!(touching.violations.is_empty());
+        // b's long span is the furthest; b's own later span must still be checked against a.
+        let hidden = check(
+            &[],
+            &[
+                span("b", 1, 0, 50),
+                span("a", 2, 60, 100),
+                span("b", 1, 5, 300),
+                span("b", 3, 70, 80),
+            ],
+            &[],
+        );
+        assert!(
+            hidden.violations.iter().any(|v| matches!(
+                v,
+                Violation::OverlappingLeaders { leaders, .. } if leaders.1 .1 == token(3)
+            )),
+            "{:?}",
+            hidden.violations
+        );
 
         let write = |t: u64, accepted: bool| FencedWrite {
             lease_name: "l".into(),

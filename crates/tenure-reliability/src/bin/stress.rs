@@ -1,8 +1,9 @@
 //! The long version of the reliability suite: `cargo xtask stress [--minutes N]`.
 //!
 //! 1. The election workload on the in-memory backend, in paused time, for 1,000,000 calls.
-//! 2. The same workload on PostgreSQL (the server of `TENURE_PG_URL`, or a local one), with
-//!    connections killed at random, until 100,000 calls or half the time is up.
+//! 2. The same workload on PostgreSQL (the server of `TENURE_PG_URL`, or a local one), on 8
+//!    leases at once (16 electors each), with connections killed at random, until 100,000
+//!    calls or half the time is up.
 //! 3. The same on a throwaway cluster that is restarted in fast and in immediate mode every
 //!    20 s, for the rest of the time.
 //!
@@ -106,9 +107,10 @@ fn multi_thread() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The standard workload on 8 leases at once (128 electors), for about 600 calls a second.
 fn fast_workload(lease: &str, budget: Duration) -> WorkloadConfig {
     WorkloadConfig {
-        poll_divisor: 20,
+        leases: 8,
         max_duration: budget,
         ..WorkloadConfig::standard(lease, 100_000)
     }
@@ -121,7 +123,7 @@ fn postgres_killed(budget: Duration) -> Result<(WorkloadReport, u64), String> {
             .await
             .map_err(|e| e.to_string())?;
         let db = tenure_pg_test::TempDatabase::create(&server.url).await?;
-        let storage = tenure_reliability::postgres_storage(&db.url(), 8).await?;
+        let storage = tenure_reliability::postgres_storage(&db.url(), 16).await?;
         let name = db.name().to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let kills = Arc::new(AtomicU64::new(0));
@@ -161,7 +163,7 @@ fn postgres_restarts(budget: Duration) -> Result<(WorkloadReport, u64), String> 
     let cluster = Arc::new(Cluster::create()?);
     cluster.start()?;
     multi_thread()?.block_on(async {
-        let storage = tenure_reliability::postgres_storage(&cluster.url(), 8).await?;
+        let storage = tenure_reliability::postgres_storage(&cluster.url(), 16).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let restarts = tokio::spawn({
             let (cluster, stop) = (Arc::clone(&cluster), Arc::clone(&stop));
