@@ -57,7 +57,11 @@ CREATE TABLE IF NOT EXISTS {{prefix}}bookmarks (
 -- scan them from a position on); by tags (`tags @> $1`, a GIN index). Reads of every event use
 -- the primary key. Each index is created only when missing: `CREATE INDEX IF NOT EXISTS` would
 -- take a SHARE lock on the events table even when the index exists, and block appends for as
--- long as the Ensure transaction lasts.
+-- long as the Ensure transaction lasts. The GIN index has `fastupdate` off: with it on, new
+-- entries wait in a pending list that every search scans until a vacuum merges it, and a
+-- condition's lookup (inside the conditional appends' exclusive lock) measured 5 ms instead of
+-- 0.1 ms against a log growing at a few thousand events a second; each append pays a little
+-- more to insert its tags instead.
 DO $ensure_indexes$
 DECLARE
     v_schema text := quote_ident(current_schema());
@@ -69,7 +73,8 @@ BEGIN
         CREATE INDEX {{prefix}}events_type_idx ON {{prefix}}events (event_type, position);
     END IF;
     IF to_regclass(v_schema || '.{{prefix}}events_tags_idx') IS NULL THEN
-        CREATE INDEX {{prefix}}events_tags_idx ON {{prefix}}events USING gin (tags);
+        CREATE INDEX {{prefix}}events_tags_idx ON {{prefix}}events USING gin (tags)
+            WITH (fastupdate = off);
     END IF;
 END
 $ensure_indexes$;

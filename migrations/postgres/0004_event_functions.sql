@@ -115,38 +115,36 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        -- The condition, without the readers' barrier: every committed event counts. One
-        -- branch per leading filter, so that each plan can start from its index.
+        -- The condition, without the readers' barrier: every committed event counts.
+        -- min(), not ORDER BY position LIMIT 1: with a LIMIT the planner bets on an early
+        -- match and walks the primary key through every event after p_c_after, the whole log
+        -- when nothing matches, which is the usual answer. One statement per leading filter:
+        -- the stream and type indexes answer min(position) with one probe; for tags,
+        -- `position + 0` keeps the primary key's order out of it, so that the GIN index leads.
+        -- (Static statements: their plans are cached; planning each call would cost more than
+        -- the check, inside the lock.)
         IF cardinality(p_c_streams) > 0 THEN
-            SELECT e.position INTO v_conflict
+            SELECT min(e.position) INTO v_conflict
               FROM {{prefix}}events e
              WHERE e.stream = ANY (p_c_streams)
                AND e.position > p_c_after
                AND (cardinality(p_c_types) = 0 OR e.event_type = ANY (p_c_types))
-               AND e.tags @> p_c_tags
-             ORDER BY e.position
-             LIMIT 1;
+               AND e.tags @> p_c_tags;
         ELSIF cardinality(p_c_tags) > 0 THEN
-            SELECT e.position INTO v_conflict
+            SELECT min(e.position + 0) INTO v_conflict
               FROM {{prefix}}events e
              WHERE e.tags @> p_c_tags
                AND e.position > p_c_after
-               AND (cardinality(p_c_types) = 0 OR e.event_type = ANY (p_c_types))
-             ORDER BY e.position
-             LIMIT 1;
+               AND (cardinality(p_c_types) = 0 OR e.event_type = ANY (p_c_types));
         ELSIF cardinality(p_c_types) > 0 THEN
-            SELECT e.position INTO v_conflict
+            SELECT min(e.position) INTO v_conflict
               FROM {{prefix}}events e
              WHERE e.event_type = ANY (p_c_types)
-               AND e.position > p_c_after
-             ORDER BY e.position
-             LIMIT 1;
+               AND e.position > p_c_after;
         ELSE
-            SELECT e.position INTO v_conflict
+            SELECT min(e.position) INTO v_conflict
               FROM {{prefix}}events e
-             WHERE e.position > p_c_after
-             ORDER BY e.position
-             LIMIT 1;
+             WHERE e.position > p_c_after;
         END IF;
         IF v_conflict IS NOT NULL THEN
             RETURN QUERY

@@ -729,3 +729,60 @@ async fn payloads_and_names_round_trip() {
         .unwrap();
     assert_eq!(after, read);
 }
+
+/// Every shape of condition (each branch of the function's check) finds the first matching
+/// event after the condition's position, and only a matching one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_condition_shape_finds_the_first_conflict() {
+    let _serial = SERIAL.lock().await;
+    let (storage, _guard) = fresh_storage().await;
+    let e = |stream: &str, event_type: &str, tags: &[&str]| {
+        tags.iter()
+            .fold(NewEvent::new(stream, event_type, json!(null)), |e, t| {
+                e.tagged(*t)
+            })
+    };
+    let stored = storage
+        .append(&AppendRequest::new(vec![
+            e("a", "X", &["t1"]),
+            e("b", "Y", &["t1", "t2"]),
+            e("a", "Y", &["t2"]),
+            e("c", "X", &[]),
+        ]))
+        .await
+        .unwrap();
+    let at = |i: usize| stored[i].position;
+    let q = |streams: &[&str], types: &[&str], tags: &[&str]| EventQuery {
+        streams: streams.iter().map(|s| s.to_string()).collect(),
+        event_types: types.iter().map(|s| s.to_string()).collect(),
+        tags: tags.iter().map(|s| s.to_string()).collect(),
+    };
+    // (query, after, the expected conflict, if any)
+    let cases = [
+        (q(&[], &[], &[]), None, Some(0)),
+        (q(&[], &[], &[]), Some(at(2)), Some(3)),
+        (q(&[], &[], &[]), Some(at(3)), None),
+        (q(&["a"], &[], &[]), Some(at(0)), Some(2)),
+        (q(&["a", "c"], &["X"], &[]), Some(at(0)), Some(3)),
+        (q(&["a"], &["Y"], &["t2"]), None, Some(2)),
+        (q(&["b"], &[], &["t1", "t2"]), Some(at(1)), None),
+        (q(&[], &[], &["t2"]), None, Some(1)),
+        (q(&[], &["X"], &["t1"]), Some(at(0)), None),
+        (q(&[], &["Y"], &["t2"]), Some(at(1)), Some(2)),
+        (q(&[], &["Y"], &[]), None, Some(1)),
+        (q(&[], &["Z"], &[]), None, None),
+        (q(&["nowhere"], &[], &[]), None, None),
+    ];
+    for (query, after, expected) in cases {
+        let request =
+            AppendRequest::new(vec![e("probe", "P", &[])]).on_condition(query.clone(), after);
+        // A conflict stores nothing; a success stores a probe that matches none of the queries.
+        match (storage.append(&request).await, expected) {
+            (Err(EventStorageError::AppendConflict { conflicting }), Some(i)) => {
+                assert_eq!(conflicting, at(i), "{query:?} after {after:?}");
+            }
+            (Ok(_), None) => {}
+            (other, _) => panic!("{query:?} after {after:?}: expected {expected:?}, got {other:?}"),
+        }
+    }
+}
