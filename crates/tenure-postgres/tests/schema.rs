@@ -325,7 +325,7 @@ async fn a_password_never_appears_in_error_text() {
 }
 
 #[tokio::test]
-async fn least_privilege_role_runs_leases_without_delete_on_the_leases_table() {
+async fn least_privilege_role_runs_leases_events_and_bookmarks() {
     let (owner_storage, guard) = fresh_storage().await;
     let p = guard.prefix().to_owned();
     let role = tenure_pg_test::unique_name("tenure_role");
