@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-/// The prefix used when none is given: tables `tenure_leases` and `tenure_lease_contenders`.
+/// The prefix used when none is given: tables `tenure_leases`, `tenure_lease_contenders`,
+/// `tenure_events`, `tenure_event_keys` and `tenure_bookmarks`.
 pub const DEFAULT_PREFIX: &str = "tenure_";
 
 /// The longest name the DDL appends to a prefix (a constraint of the contenders table). A test
