@@ -29,6 +29,8 @@ pub enum Field {
     Position,
     /// The most events a read may return.
     Limit,
+    /// The payload of an event.
+    Payload,
 }
 
 impl Field {
@@ -46,6 +48,7 @@ impl Field {
             Field::Reader => "reader",
             Field::Position => "position",
             Field::Limit => "limit",
+            Field::Payload => "payload",
         }
     }
 }
@@ -93,6 +96,9 @@ pub enum Reason {
     },
     /// A number must be at least 1.
     Zero,
+    /// A JSON value contains the character U+0000, which not every storage can keep
+    /// (PostgreSQL's `jsonb` cannot).
+    NulInJson,
     /// No stored event has this position.
     NoSuchEvent {
         /// The position asked for.
@@ -114,6 +120,7 @@ impl fmt::Display for Reason {
             Reason::TooLarge { max } => write!(f, "must be at most {max:?}"),
             Reason::TooMany { count, max } => write!(f, "has {count} items, the maximum is {max}"),
             Reason::Zero => f.write_str("must be at least 1"),
+            Reason::NulInJson => f.write_str("contains the character U+0000 in a string or key"),
             Reason::NoSuchEvent { position } => {
                 write!(f, "no stored event has position {position}")
             }

@@ -299,6 +299,7 @@ impl AppendRequest {
             check_name(Field::Stream, &event.stream)?;
             check_name(Field::EventType, &event.event_type)?;
             check_tags(&event.tags)?;
+            check_payload(&event.payload)?;
         }
         if let Some(condition) = &self.condition {
             condition.query.validate()?;
@@ -308,6 +309,27 @@ impl AppendRequest {
         }
         Ok(())
     }
+}
+
+/// Refuses a payload with U+0000 in any string or key: PostgreSQL's `jsonb` cannot store it,
+/// so no backend accepts it, and the same payload behaves the same everywhere.
+fn check_payload(payload: &serde_json::Value) -> Result<(), ValidationError> {
+    let nul = ValidationError::new(Field::Payload, Reason::NulInJson);
+    let mut pending = vec![payload];
+    while let Some(value) = pending.pop() {
+        match value {
+            serde_json::Value::String(s) if s.contains('\0') => return Err(nul),
+            serde_json::Value::Array(items) => pending.extend(items),
+            serde_json::Value::Object(map) => {
+                if map.keys().any(|k| k.contains('\0')) {
+                    return Err(nul);
+                }
+                pending.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn check_tags(tags: &[String]) -> Result<(), ValidationError> {
@@ -471,6 +493,19 @@ mod tests {
         assert_eq!(
             AppendRequest::new(vec![bad]).validate().unwrap_err().field,
             Field::Stream
+        );
+        let mut nul = ok.clone();
+        nul.payload = json!({"deep": [1, {"x": "a\u{0}b"}]});
+        let err = AppendRequest::new(vec![nul]).validate().unwrap_err();
+        assert_eq!((err.field, err.reason), (Field::Payload, Reason::NulInJson));
+        let mut nul_key = ok.clone();
+        nul_key.payload = json!({"k\u{0}": 1});
+        assert_eq!(
+            AppendRequest::new(vec![nul_key])
+                .validate()
+                .unwrap_err()
+                .field,
+            Field::Payload
         );
         let bad = ok.clone().tagged("a\0");
         assert_eq!(

@@ -380,6 +380,11 @@ async fn invalid_append_stores_nothing(s: &Subject) -> Outcome {
             "stream",
         ),
         (
+            "a NUL in the payload",
+            AppendRequest::new(vec![NewEvent::new("s", "T", json!({"text": "a\u{0}b"}))]),
+            "payload",
+        ),
+        (
             "a bad event after good ones",
             AppendRequest::new(vec![ok(), ok(), event("s", "\n", 3)]),
             "event_type",
