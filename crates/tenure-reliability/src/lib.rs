@@ -11,6 +11,7 @@
 //!   hang, as a paused process or a partition would.
 //! * [`clock`]: a storage clock driven by tokio's clock, so that the in-memory backend runs in
 //!   paused time.
+//! * [`killer`]: connections killed at random with `pg_terminate_backend`.
 //! * [`proxy`]: a TCP proxy that stalls or cuts one contender's connections (a partition).
 //! * `tenure_pg_test::cluster`: a throwaway PostgreSQL cluster that a test may restart or crash.
 //!
@@ -20,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod killer;
 pub mod proxy;
 pub mod recorder;
 pub mod workload;

@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
@@ -16,6 +15,7 @@ use tenure_pg_test::TempDatabase;
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::EventStorage;
 use tenure_postgres::PostgresEventStorage;
+use tenure_reliability::killer::ConnectionKiller;
 use tenure_reliability::proxy::{Link, Proxy};
 use tenure_reliability::workload::{self, WorkloadConfig};
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ async fn storage(url: &str, pool_size: usize) -> Arc<PostgresEventStorage> {
 
 fn quick(lease: &str, duration: Duration) -> WorkloadConfig {
     WorkloadConfig {
-        poll_divisor: 6,
+        poll_divisor: 3,
         max_duration: duration,
         min_calls: usize::MAX,
         pause_chance: 0.02,
@@ -42,43 +42,11 @@ async fn workload_while_connections_are_killed() {
     let db = TempDatabase::create(&server.url).await.unwrap();
     let storage = storage(&db.url(), 8).await;
 
-    // The killer: now and then, terminate one of the workload's connections at random.
-    let stop = Arc::new(AtomicBool::new(false));
-    let kills = Arc::new(AtomicU64::new(0));
-    let killer = tokio::spawn({
-        let (stop, kills, url, name) = (
-            Arc::clone(&stop),
-            Arc::clone(&kills),
-            server.url.clone(),
-            db.name().to_owned(),
-        );
-        async move {
-            let client = tenure_pg_test::connect(&url).await.unwrap();
-            let mut rng = workload::Rng::new(7);
-            while !stop.load(Ordering::Acquire) {
-                tokio::time::sleep(
-                    rng.between(Duration::from_millis(50), Duration::from_millis(400)),
-                )
-                .await;
-                let killed = client
-                    .query(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                          WHERE datname = $1 AND pid <> pg_backend_pid() \
-                          ORDER BY random() LIMIT 1",
-                        &[&name],
-                    )
-                    .await
-                    .map(|rows| rows.len() as u64)
-                    .unwrap_or(0);
-                kills.fetch_add(killed, Ordering::Relaxed);
-            }
-        }
-    });
-
+    let killer = ConnectionKiller::start(&server.url, db.name(), 7)
+        .await
+        .unwrap();
     let report = workload::run(&quick("killed", Duration::from_secs(20)), storage.clone()).await;
-    stop.store(true, Ordering::Release);
-    killer.await.unwrap();
-    let kills = kills.load(Ordering::Relaxed);
+    let kills = killer.stop().await;
     println!("postgres workload, connections killed: {kills}; {report}");
     assert!(kills >= 20, "too few connections were killed: {kills}");
     assert!(

@@ -12,13 +12,14 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenure_memory::MemoryEventStorage;
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_reliability::clock::TokioClock;
-use tenure_reliability::workload::{self, Rng, WorkloadConfig, WorkloadReport};
+use tenure_reliability::killer::ConnectionKiller;
+use tenure_reliability::workload::{self, WorkloadConfig, WorkloadReport};
 
 fn main() -> ExitCode {
     let minutes = match parse_minutes() {
@@ -119,43 +120,12 @@ fn fast_workload(lease: &str, budget: Duration) -> WorkloadConfig {
 fn postgres_killed(budget: Duration) -> Result<(WorkloadReport, u64), String> {
     multi_thread()?.block_on(async {
         let server = tenure_pg_test::server()?;
-        let admin = tenure_pg_test::connect(&server.url)
-            .await
-            .map_err(|e| e.to_string())?;
         let db = tenure_pg_test::TempDatabase::create(&server.url).await?;
         let storage = tenure_reliability::postgres_storage(&db.url(), 16).await?;
-        let name = db.name().to_owned();
-        let stop = Arc::new(AtomicBool::new(false));
-        let kills = Arc::new(AtomicU64::new(0));
-        let killer = tokio::spawn({
-            let (stop, kills) = (Arc::clone(&stop), Arc::clone(&kills));
-            let name = name.clone();
-            async move {
-                let mut rng = Rng::new(11);
-                while !stop.load(Ordering::Acquire) {
-                    tokio::time::sleep(
-                        rng.between(Duration::from_millis(50), Duration::from_millis(500)),
-                    )
-                    .await;
-                    // Only this run's connections: those to its own database.
-                    let killed = admin
-                        .query(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                              WHERE datname = $1 AND pid <> pg_backend_pid() \
-                              ORDER BY random() LIMIT 1",
-                            &[&name],
-                        )
-                        .await
-                        .map(|rows| rows.len() as u64)
-                        .unwrap_or(0);
-                    kills.fetch_add(killed, Ordering::Relaxed);
-                }
-            }
-        });
+        let killer = ConnectionKiller::start(&server.url, db.name(), 11).await?;
         let report = workload::run(&fast_workload("stress-killed", budget), storage).await;
-        stop.store(true, Ordering::Release);
-        let _ = killer.await;
-        Ok((report, kills.load(Ordering::Relaxed)))
+        let kills = killer.stop().await;
+        Ok((report, kills))
     })
 }
 
