@@ -1,7 +1,8 @@
 //! The demo's voice: numbered chapters, and one timestamped line per event.
 //!
-//! The elector's own `tracing` events are turned into sentences by [`NarrationLayer`], so what
-//! is told is exactly what the elector did, in the order it did it, with nothing missed.
+//! The elector's and the processor's own `tracing` events are turned into sentences by
+//! [`NarrationLayer`], so what is told is exactly what they did, in the order they did it,
+//! with nothing missed.
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
@@ -158,9 +159,26 @@ impl<S: Subscriber> Layer<S> for NarrationLayer {
         }
         let mut fields = Fields::default();
         event.record(&mut fields);
-        let (Some(owner), Some(transition)) =
-            (fields.owner.as_deref(), fields.transition.as_deref())
-        else {
+        let Some(owner) = fields.owner.as_deref() else {
+            return;
+        };
+        if let Some(action) = fields.action.as_deref() {
+            // A tenure ends, as far as dispatching goes, when the processor stops: before the
+            // lease is released, so before the next leader can be elected.
+            if action == "stopped" {
+                let ended = match fields.reason.as_deref() {
+                    Some("step_down") => "handed over on request",
+                    Some("stop_signal") => "released on shutdown",
+                    _ => "lost",
+                };
+                self.narrator.end_tenure(owner, ended);
+            }
+            if let Some(line) = processor_line(action, &fields) {
+                self.narrator.say(owner, line);
+            }
+            return;
+        }
+        let Some(transition) = fields.transition.as_deref() else {
             return;
         };
         let token = fields.token.unwrap_or(0);
@@ -223,10 +241,47 @@ impl<S: Subscriber> Layer<S> for NarrationLayer {
     }
 }
 
+/// A processor's event as a line of the story, if it is one (batches are told by the
+/// dispatcher itself).
+fn processor_line(action: &str, fields: &Fields) -> Option<String> {
+    let events = || {
+        format!(
+            "the events at positions {}–{}",
+            fields.first.unwrap_or(0),
+            fields.last.unwrap_or(0)
+        )
+    };
+    Some(match (action, fields.reason.as_deref()) {
+        ("stepping_down", _) => "hands over, its last batch dispatched and bookmarked".into(),
+        ("stopped", Some("stop_signal")) => {
+            "stops between batches, its last batch dispatched and bookmarked".into()
+        }
+        ("not_bookmarked", _) => format!(
+            "lost its tenure after dispatching {}, before bookmarking them: the next leader \
+             dispatches them again",
+            events()
+        ),
+        ("cancelled", _) => format!(
+            "lost its tenure while dispatching {}: left to the next leader",
+            events()
+        ),
+        ("retrying", _) => format!(
+            "storage call not confirmed ({}): {}; reading the bookmark again",
+            fields.operation.as_deref().unwrap_or("?"),
+            fields.error.as_deref().unwrap_or("unknown error")
+        ),
+        _ => return None,
+    })
+}
+
 #[derive(Default)]
 struct Fields {
     owner: Option<String>,
     transition: Option<String>,
+    action: Option<String>,
+    operation: Option<String>,
+    first: Option<u64>,
+    last: Option<u64>,
     reason: Option<String>,
     holder: Option<String>,
     error: Option<String>,
@@ -246,6 +301,8 @@ impl Visit for Fields {
             "token" => self.token = Some(value),
             "holder_token" => self.holder_token = Some(value),
             "valid_for_ms" => self.valid_for_ms = Some(value),
+            "first" => self.first = Some(value),
+            "last" => self.last = Some(value),
             _ => {}
         }
     }
@@ -270,10 +327,35 @@ impl Fields {
         match field.name() {
             "owner" => self.owner = Some(value),
             "transition" => self.transition = Some(value),
+            "action" => self.action = Some(value),
+            "operation" => self.operation = Some(value),
             "reason" => self.reason = Some(value),
             "holder" => self.holder = Some(value),
             "error" => self.error = Some(value),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processor_events_become_lines_and_the_rest_is_left_to_the_dispatcher() {
+        let fields = |reason: Option<&str>| Fields {
+            reason: reason.map(str::to_owned),
+            first: Some(17),
+            last: Some(18),
+            ..Fields::default()
+        };
+        let line = |action, reason| processor_line(action, &fields(reason));
+        assert!(line("stepping_down", None).is_some_and(|l| l.starts_with("hands over")));
+        assert!(line("stopped", Some("stop_signal")).is_some());
+        assert!(line("stopped", Some("step_down")).is_none());
+        assert!(line("not_bookmarked", None).is_some_and(|l| l.contains("positions 17–18")));
+        for quiet in ["resumed", "projected", "bookmarked", "caught_up", "failed"] {
+            assert!(line(quiet, None).is_none(), "{quiet}");
         }
     }
 }
