@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::EventStorage;
-use tenure_postgres::{PostgresEventStorage, SchemaMode, redact};
+use tenure_postgres::{PostgresEventStorage, PostgresEventStorageBuilder, SchemaMode, redact};
 
 /// Passwords seen on the command line or in the environment; [`scrub`] hides them.
 static SECRETS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -85,41 +85,72 @@ pub async fn open_postgres(
     mode: SchemaMode,
     pool_size: usize,
 ) -> anyhow::Result<PostgresEventStorage> {
+    build_postgres(postgres_builder(url, prefix, mode, pool_size), url).await
+}
+
+fn postgres_builder(
+    url: &str,
+    prefix: &str,
+    mode: SchemaMode,
+    pool_size: usize,
+) -> PostgresEventStorageBuilder {
     PostgresEventStorage::builder()
         .url(url)
         .prefix(prefix)
         .schema_mode(mode)
         .pool_size(pool_size)
         .call_timeout(Duration::from_secs(5))
+}
+
+async fn build_postgres(
+    builder: PostgresEventStorageBuilder,
+    url: &str,
+) -> anyhow::Result<PostgresEventStorage> {
+    builder
         .build()
         .await
         .with_context(|| format!("opening the lease tables at {}", redact(url)))
 }
 
-/// The demo's in-memory store: storage, its description, the lease name.
-pub fn memory_for_demo() -> (Arc<dyn EventStorage>, String, String) {
-    (
-        Arc::new(MemoryEventStorage::new()),
-        "the embedded in-memory store".to_owned(),
-        "order-dispatcher".to_owned(),
-    )
+/// Where the demo runs: the storage, a few words naming it, the lease (also the name of the
+/// dispatchers' bookmark), and the stream of orders.
+pub struct DemoStore {
+    pub storage: Arc<dyn EventStorage>,
+    pub backend: String,
+    pub lease: String,
+    pub orders: String,
 }
 
-/// The demo on PostgreSQL: a lease name of its own, so that every run starts at token 1.
-pub async fn postgres_for_demo(
-    url: &str,
-    prefix: &str,
-) -> anyhow::Result<(Arc<dyn EventStorage>, String, String)> {
-    let storage = open_postgres(url, prefix, SchemaMode::Ensure, 8).await?;
+/// The demo's in-memory store.
+pub fn memory_for_demo() -> DemoStore {
+    DemoStore {
+        storage: Arc::new(MemoryEventStorage::new()),
+        backend: "the embedded in-memory store".to_owned(),
+        lease: "order-dispatcher".to_owned(),
+        orders: "orders".to_owned(),
+    }
+}
+
+/// The demo on PostgreSQL: a lease, a bookmark and a stream of its own, so that every run
+/// starts at token 1 with no orders.
+pub async fn postgres_for_demo(url: &str, prefix: &str) -> anyhow::Result<DemoStore> {
+    // The processors read in a loop, every few hundred milliseconds: an event that an older
+    // transaction still hides is read at the next turn, so a read need not wait for it (and
+    // a read that waits would hold up a graceful handover).
+    let builder =
+        postgres_builder(url, prefix, SchemaMode::Ensure, 8).visibility_wait(Duration::ZERO);
+    let storage = build_postgres(builder, url).await?;
     let suffix = std::hash::BuildHasher::hash_one(
         &std::hash::RandomState::new(),
         std::time::SystemTime::now(),
     );
-    Ok((
-        Arc::new(storage),
-        format!("PostgreSQL at {} (tables {prefix}*)", redact(url)),
-        format!("demo-order-dispatcher-{:08x}", suffix & 0xffff_ffff),
-    ))
+    let suffix = format!("{:08x}", suffix & 0xffff_ffff);
+    Ok(DemoStore {
+        storage: Arc::new(storage),
+        backend: format!("PostgreSQL at {} (tables {prefix}*)", redact(url)),
+        lease: format!("demo-order-dispatcher-{suffix}"),
+        orders: format!("demo-orders-{suffix}"),
+    })
 }
 
 #[cfg(test)]

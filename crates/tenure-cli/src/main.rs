@@ -39,7 +39,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Watch replicas of a dispatcher elect a leader, hand over, crash, and fence off a zombie.
+    /// Watch replicas of an order dispatcher elect a leader, dispatch orders, hand over, crash,
+    /// and fence off a zombie.
     Demo(DemoArgs),
     /// Run a command only while holding a lease; stop it as soon as leadership is in doubt.
     Run(RunArgs),
@@ -194,15 +195,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => {
             let narrator = demo::Narrator::new();
             init_logging("off", Some(demo::NarrationLayer::new(narrator.clone())));
-            let (storage, backend, lease) = match &args.postgres {
+            let store = match &args.postgres {
                 None => backend::memory_for_demo(),
                 Some(url) => backend::postgres_for_demo(url, &args.prefix).await?,
             };
             let options = demo::DemoOptions {
                 ttl: args.ttl,
-                storage,
-                backend,
-                lease,
+                storage: store.storage,
+                backend: store.backend,
+                lease: store.lease,
+                orders: store.orders,
             };
             demo::run(options, narrator).await?;
             Ok(ExitCode::SUCCESS)

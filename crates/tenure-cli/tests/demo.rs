@@ -1,64 +1,164 @@
 //! `tenure demo`, the project's main job, run as a user runs it: every chapter of the story
-//! is told, in order, and it exits 0.
+//! is told, in order, the orders told along the way agree with the summary's checks, and it
+//! exits 0.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-/// The lines every run must tell, in this order (timestamps vary; the story does not).
+/// What every run must tell, in this order (timestamps, order numbers and line breaks vary;
+/// the story does not). Matched with runs of whitespace made single spaces.
 const STORY: &[&str] = &[
     "Chapter 1: the first election",
-    "replica-a  elected leader (token 1)",
-    "replica-a  dispatching orders, every batch stamped with token 1",
-    "downstream accepted the first batch from replica-a (token 1)",
-    "replica-a  renewed the lease (token 1",
-    "replica-a  renewed the lease (token 1",
+    "replica-a elected leader (token 1)",
+    "replica-a finds no bookmark: starts with the first order",
+    "replica-a dispatched order",
+    "(token 1)",
+    "replica-a renewed the lease (token 1",
+    "replica-a renewed the lease (token 1",
     "Chapter 2: a planned handover",
-    "replica-c  standing by (leader replica-a, token 1)",
-    "replica-a  asked to step down: a contender with a higher priority is waiting (token 1)",
-    "replica-a  finishing its current batch before handing over",
-    "replica-a  released the lease (token 1)",
-    "replica-c  elected leader (token 2)",
+    "replica-c standing by (leader replica-a, token 1)",
+    "replica-a asked to step down: a contender with a higher priority is waiting (token 1)",
+    "replica-a hands over, its last batch dispatched and bookmarked",
+    "replica-a released the lease (token 1)",
+    "replica-c elected leader (token 2)",
+    "replica-c resumes after the bookmark at order",
+    "replica-c dispatched order",
+    "(token 2)",
     "Chapter 3: a crash",
-    "replica-a  standing by (leader replica-c, token 2)",
-    "replica-c  CRASHES: its process is killed, nothing is released",
-    "replica-a  elected leader (token 3)",
+    "replica-a standing by (leader replica-c, token 2)",
+    "replica-c dispatched order",
+    "(token 2)",
+    "replica-c CRASHES before bookmarking",
+    "replica-a elected leader (token 3)",
+    "replica-a resumes after the bookmark at order",
+    "replica-a dispatched orders",
+    "(token 3), order",
+    "for the second time",
     "-> replica-a took over",
     "Chapter 4: a graceful release",
-    "replica-b  standing by (leader replica-a, token 3)",
-    "replica-a  shuts down gracefully",
-    "replica-a  released the lease (token 3)",
-    "replica-b  elected leader (token 4)",
+    "replica-b standing by (leader replica-a, token 3)",
+    "replica-a shuts down gracefully",
+    "replica-a stops between batches, its last batch dispatched and bookmarked",
+    "replica-a released the lease (token 3)",
+    "replica-b elected leader (token 4)",
+    "replica-b resumes after the bookmark at order",
+    "replica-b dispatched order",
+    "(token 4)",
     "-> replica-b took over",
     "Chapter 5: a zombie leader, stopped by its fencing token",
-    "replica-d  standing by (leader replica-b, token 4)",
-    "replica-b  FREEZES mid-batch, holding token 4",
-    "replica-d  elected leader (token 5)",
-    "downstream accepted the first batch from replica-d (token 5)",
-    "replica-b  wakes up, still believing it leads, and publishes its batch with token 4",
-    "downstream REJECTED the batch from replica-b: stale fencing token 4 for lease \"order-dispatcher\": token 5 was already accepted",
-    "replica-d  shuts down gracefully: the story is over",
-    "replica-d  released the lease (token 5)",
+    "replica-d standing by (leader replica-b, token 4)",
+    "replica-b FREEZES mid-batch, holding token 4 and order",
+    "replica-d elected leader (token 5)",
+    "replica-d resumes after the bookmark at order",
+    "replica-d dispatched order",
+    "(token 5)",
+    "replica-b wakes up, still believing it leads, and dispatches order",
+    "with token 4",
+    "downstream REJECTED replica-b's batch of order",
+    "stale fencing token 4 for lease \"order-dispatcher\": token 5 was already accepted",
+    "replica-b stops: the rejection tells it that it no longer leads",
+    "shop closes after",
+    "replica-d shuts down gracefully: the story is over",
+    "replica-d stops between batches, its last batch dispatched and bookmarked",
+    "replica-d released the lease (token 5)",
     "Summary",
-    "Checked: 5 tenures with tokens 1, 2, 3, 4, 5; no two overlapped; writes in token order.",
+    "The shop placed",
+    "Checked: every order placed (order",
+    "was dispatched at least once.",
+    "Dispatched twice: order",
+    "by replica-c with token 2, which crashed before bookmarking them, and again by \
+     replica-a with token 3, which resumed after the last bookmark. Delivery is at least once",
+    "Checked: no order was dispatched by a fenced zombie. Every batch accepted carried the \
+     token of the leader at the time; replica-b's late batch (order",
+    "token 4) was rejected, token 5 having been accepted.",
+    "Checked: 5 tenures, tokens 1, 2, 3, 4, 5; no two overlapped; writes in token order.",
 ];
 
+/// What must never be told.
+const UNWANTED: &[&str] = &[
+    "storage call failed",
+    "storage call not confirmed",
+    "stopped leading",
+    "lost the lease",
+    "lost its tenure",
+    "shutdown failed",
+    "processor stopped",
+    "could not confirm order",
+    "cannot place orders",
+    "NOT dispatched",
+    "ACCEPTED from a superseded tenure",
+];
+
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn assert_story(stdout: &str, story: &[&str]) {
+    let told = squeeze(stdout);
     let mut from = 0;
     for line in story {
-        match stdout[from..].find(line) {
+        let line = squeeze(line);
+        match told[from..].find(&line) {
             Some(at) => from += at + line.len(),
             None => panic!("the story lacks {line:?} (in order) in:\n{stdout}"),
         }
     }
+    for unwanted in UNWANTED {
+        assert!(
+            !stdout.contains(unwanted),
+            "unexpected {unwanted:?} in:\n{stdout}"
+        );
+    }
 }
 
-#[test]
-fn the_demo_tells_the_whole_story_in_order_and_exits_0() {
+/// The text between `start` and `end` on the first line of `stdout` that contains `marker`.
+fn on_line<'a>(stdout: &'a str, marker: &str, start: &str, end: &str) -> &'a str {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no line with {marker:?} in:\n{stdout}"));
+    let from = line.find(start).unwrap() + start.len();
+    let to = from + line[from..].find(end).unwrap();
+    &line[from..to]
+}
+
+/// The orders told along the way are the ones the summary counts and explains.
+fn assert_orders_add_up(stdout: &str) {
+    let summary = squeeze(&stdout[stdout.find("\nSummary\n").unwrap()..]);
+    // The batch dispatched right before the crash is the one dispatched twice.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let crash = lines
+        .iter()
+        .position(|l| l.contains("replica-c  CRASHES"))
+        .unwrap();
+    let before = lines[..crash].join("\n");
+    let last_batch = before.rfind("replica-c  dispatched ").unwrap();
+    let crashed = on_line(&before[last_batch..], "dispatched ", "dispatched ", " (");
+    assert!(
+        summary.contains(&format!("Dispatched twice: {crashed}, by replica-c")),
+        "{crashed} should be the repeat in:\n{stdout}"
+    );
+    assert!(stdout.contains(&format!("(token 3), {crashed} for the second time")));
+    // The zombie's batch is the one rejected.
+    let held = on_line(stdout, "FREEZES", "token 4 and ", " to dispatch");
+    assert!(stdout.contains(&format!("REJECTED replica-b's batch of {held}:")));
+    assert!(summary.contains(&format!("late batch ({held}, token 4) was rejected")));
+    // Every order placed, from the first on, was dispatched.
+    let placed = on_line(stdout, "shop       closes after", "after ", " orders");
+    assert!(placed.parse::<u64>().unwrap() >= 10, "{stdout}");
+    assert!(summary.contains(&format!("The shop placed {placed} orders")));
+    assert!(summary.contains(&format!(
+        "Checked: every order placed (orders 1–{placed}) was dispatched at least once."
+    )));
+}
+
+fn demo(args: &[&str]) -> (String, Duration) {
     let started = Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
+    let output: Output = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .arg("demo")
+        .args(args)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -72,21 +172,16 @@ fn the_demo_tells_the_whole_story_in_order_and_exits_0() {
         output.status
     );
     assert!(stderr.is_empty(), "nothing on stderr, got: {stderr}");
-    assert_story(&stdout, STORY);
-    // Nothing else goes wrong along the way.
-    for unwanted in [
-        "storage call failed",
-        "stopped leading",
-        "lost the lease",
-        "shutdown failed",
-    ] {
-        assert!(
-            !stdout.contains(unwanted),
-            "unexpected {unwanted:?} in:\n{stdout}"
-        );
-    }
-    assert!(took.as_secs_f64() < 15.0, "the demo took {took:?}");
     println!("the demo took {took:?}");
+    (stdout, took)
+}
+
+#[test]
+fn the_demo_tells_the_whole_story_in_order_and_exits_0() {
+    let (stdout, took) = demo(&[]);
+    assert_story(&stdout, STORY);
+    assert_orders_add_up(&stdout);
+    assert!(took.as_secs_f64() < 15.0, "the demo took {took:?}");
 }
 
 #[test]
@@ -97,32 +192,22 @@ fn the_demo_tells_the_same_story_on_postgresql() {
     };
     let prefix = tenure_pg_test::unique_prefix();
     let _cleanup = tenure_pg_test::PrefixGuard::new(server.url.clone(), prefix.clone());
-    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args([
-            "demo",
-            "--ttl",
-            "1500ms",
-            "--postgres",
-            &server.url,
-            "--prefix",
-            &prefix,
-        ])
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "exit {:?}; stderr: {stderr}",
-        output.status
-    );
-    assert!(stdout.contains("store  PostgreSQL at"));
-    // The same story, under a lease name of its own.
+    let (stdout, took) = demo(&[
+        "--ttl",
+        "1500ms",
+        "--postgres",
+        &server.url,
+        "--prefix",
+        &prefix,
+    ]);
+    assert!(stdout.contains("store   PostgreSQL at"));
+    // The same story, under a lease name and a stream of their own.
     let story: Vec<&str> = STORY
         .iter()
         .map(|line| line.split(" for lease \"").next().unwrap_or(line))
         .collect();
     assert_story(&stdout, &story);
+    assert!(stdout.contains("in the stream \"demo-orders-"));
+    assert_orders_add_up(&stdout);
+    assert!(took.as_secs_f64() < 15.0, "the demo took {took:?}");
 }

@@ -1,12 +1,16 @@
-//! `tenure demo`: replicas of an order dispatcher elect a leader among themselves, and the
-//! story of what happens is told as it happens.
+//! `tenure demo`: replicas of an order dispatcher elect a leader among themselves, the
+//! leader's processor dispatches the orders a shop keeps placing, and the story of what
+//! happens is told as it happens.
 //!
 //! The story is the same on every run: each chapter waits for what it shows before the next
 //! begins, and at every race point only one contender can win (the others are not running
-//! yet, are standing aside, or are outranked), so no chapter depends on who polls first.
+//! yet, are standing aside, or are outranked), so no chapter depends on who polls first. The
+//! crash and the freeze strike at a chosen point of a batch, not at a random one.
 
 mod narrator;
+mod orders;
 mod replica;
+mod summary;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +21,9 @@ use tenure_ports::EventStorage;
 use tokio::time::{sleep, timeout};
 
 pub use narrator::{NarrationLayer, Narrator};
-use replica::{Downstream, Replica, Setup};
+use orders::{Downstream, Shop};
+use replica::{Replica, Setup};
+use summary::{Expected, secs, summary};
 
 use crate::duration::human;
 
@@ -28,12 +34,15 @@ pub struct DemoOptions {
     /// The storage, and a few words naming it for the introduction.
     pub storage: Arc<dyn EventStorage>,
     pub backend: String,
-    /// The lease contended for.
+    /// The lease contended for; also the name of the dispatchers' bookmark.
     pub lease: String,
+    /// The stream the shop places its orders in.
+    pub orders: String,
 }
 
 /// Tells the whole story. Fails if something does not happen in time, or if the closing
-/// checks find two overlapping tenures, a token that went backwards, or a misplaced write.
+/// checks find an order not dispatched, a repeat the story does not explain, a batch
+/// accepted from a superseded leader, two overlapping tenures, or a token that went backwards.
 pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Result<()> {
     let ttl = options.ttl;
     // Refuse a ttl the elector cannot run with before telling anything.
@@ -42,13 +51,7 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         .validate()
         .context("invalid --ttl")?;
     let poll = ttl / 3;
-    let setup = Setup {
-        storage: Arc::clone(&options.storage),
-        lease: options.lease.clone(),
-        ttl,
-        narrator: Arc::clone(&narrator),
-        downstream: Downstream::new(&options.lease),
-    };
+    let every = ttl / 8;
     // Nothing in a chapter should take longer than a few ttls; a stuck step fails the demo.
     let patience = ttl * 4;
     let n = &narrator;
@@ -57,17 +60,35 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         "Tenure demo: leader election among the replicas of an order dispatcher\n\
          \n\
          Replicas of one dispatcher run in this process and contend for one lease:\n\
-         \x20 lease  {lease:?}\n\
-         \x20 store  {backend}\n\
-         \x20 ttl    {ttl}: each replica asks every {poll} (ttl/3)\n\
-         Only the leader dispatches, and every batch it publishes downstream is stamped with\n\
-         its fencing token. A leader that cannot confirm a renewal within the ttl stops\n\
-         leading on its own.\n",
+         \x20 lease   {lease:?}\n\
+         \x20 store   {backend}\n\
+         \x20 ttl     {ttl}: each replica asks every {poll} (ttl/3)\n\
+         \x20 orders  a shop places one in the stream {orders:?} every {every}\n\
+         Only the leader dispatches: its processor reads the orders after the bookmark, sends\n\
+         them downstream in batches stamped with its fencing token, and moves the bookmark\n\
+         after each batch. A leader that cannot confirm a renewal within the ttl stops leading\n\
+         on its own.\n",
         lease = options.lease,
         backend = options.backend,
         ttl = human(ttl),
         poll = human(poll),
+        orders = options.orders,
+        every = human(every),
     ));
+    let shop = Shop::open(
+        &options.orders,
+        Arc::clone(&options.storage),
+        Arc::clone(&narrator),
+        every,
+    );
+    let setup = Setup {
+        storage: Arc::clone(&options.storage),
+        lease: options.lease.clone(),
+        ttl,
+        narrator: Arc::clone(&narrator),
+        downstream: Downstream::new(&options.lease),
+        shop: Arc::clone(&shop),
+    };
 
     // Chapter 1.
     n.chapter(
@@ -75,17 +96,13 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         "the first election",
         &[
             "replica-a starts and asks for the lease. Nobody holds it, so it becomes leader",
-            "with fencing token 1, and from then on renews it at every request.",
+            "with fencing token 1, and from then on renews it at every request. There is no",
+            "bookmark yet: it dispatches from the first order on.",
         ],
     );
     n.show_renewals(true);
     let a = Replica::start(&setup, "replica-a", 0)?;
-    within(
-        patience,
-        "replica-a to be elected",
-        leads(&a, &setup.downstream),
-    )
-    .await??;
+    within(patience, "replica-a to be elected", a.leads()).await??;
     within(patience, "two renewals", renewals(&a, 2)).await??;
     n.show_renewals(false);
 
@@ -96,43 +113,54 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         &[
             "replica-c starts with priority 10 (replica-a has 0). Its request registers it as a",
             "contender, and replica-a's next renewal is answered \"step down requested\":",
-            "replica-a finishes its batch and releases, and replica-c takes the lease at its",
-            "next request. replica-a stands aside for one ttl, then stands by.",
+            "replica-a finishes its batch, bookmarks it, and releases; replica-c takes the lease",
+            "at its next request and resumes after that bookmark. replica-a stands aside for",
+            "one ttl, then stands by.",
         ],
     );
+    // replica-a renewed just now. Half a poll interval later, replica-c's requests fall
+    // between replica-a's: the release that answers a step-down then always comes before
+    // replica-c's next request, never racing it.
+    sleep(poll / 2).await;
     let c = Replica::start(&setup, "replica-c", 10)?;
-    within(
-        patience,
-        "replica-c to be elected",
-        leads(&c, &setup.downstream),
-    )
-    .await??;
+    within(patience, "replica-c to be elected", c.leads()).await??;
 
     // Chapter 3.
     n.chapter(
         3,
         "a crash",
         &[
-            "Once replica-a stands by again, the leader replica-c crashes: killed, without",
-            "releasing. Its lease stays live on the storage until its ttl runs out, and only",
-            "then can replica-a take over, with the next token.",
+            "Once replica-a stands by again, the leader replica-c crashes right after",
+            "dispatching a batch, before it can bookmark it: killed, without releasing. Its",
+            "lease stays live on the storage until its ttl runs out, and only then can",
+            "replica-a take over, with the next token. It resumes after the last bookmark, so",
+            "it dispatches that batch a second time: delivery is at least once.",
         ],
     );
     within(patience, "replica-a to stand by", a.wait_for(is_standby)).await??;
+    let crashed_batch = within(
+        patience,
+        "replica-c's next batch",
+        c.dispatch_one_more_batch(),
+    )
+    .await??;
     n.say(
         "replica-c",
-        "CRASHES: its process is killed, nothing is released",
+        format!(
+            "CRASHES before bookmarking {}: its process is killed, nothing is released",
+            if crashed_batch.len() == 1 {
+                "it"
+            } else {
+                "them"
+            }
+        ),
     );
     let crashed_at = Instant::now();
     c.crash(n);
-    within(
-        patience,
-        "replica-a to take over",
-        leads(&a, &setup.downstream),
-    )
-    .await??;
+    within(patience, "replica-a to take over", a.leads()).await??;
     n.text(&format!(
-        "  -> replica-a took over {} after the crash: the ttl ({}) had to run out first.\n",
+        "  -> replica-a took over {} after the crash: replica-c's lease had to run out first,\n     \
+         a ttl ({}) after its last renewal.\n",
         secs(crashed_at.elapsed()),
         human(ttl)
     ));
@@ -142,10 +170,11 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         4,
         "a graceful release",
         &[
-            "replica-b starts and stands by. replica-a shuts down gracefully: it releases the",
-            "lease on its way out, so replica-b acquires it at its very next request instead of",
-            "waiting out a ttl. (The demo shuts replica-a down just before replica-b's next",
-            "request; in general a release is taken up at most one poll interval later.)",
+            "replica-b starts and stands by. replica-a shuts down gracefully: it stops between",
+            "batches and releases the lease on its way out, so replica-b acquires it at its very",
+            "next request instead of waiting out a ttl. (The demo shuts replica-a down just",
+            "before replica-b's next request; in general a release is taken up at most one poll",
+            "interval later.)",
         ],
     );
     let b = Replica::start(&setup, "replica-b", 0)?;
@@ -156,12 +185,7 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
     n.say("replica-a", "shuts down gracefully");
     let released_at = Instant::now();
     within(patience, "replica-a to shut down", a.shut_down()).await??;
-    within(
-        patience,
-        "replica-b to take over",
-        leads(&b, &setup.downstream),
-    )
-    .await??;
+    within(patience, "replica-b to take over", b.leads()).await??;
     n.text(&format!(
         "  -> replica-b took over {} after the release; a crash costs a whole ttl ({}).\n",
         secs(released_at.elapsed()),
@@ -174,109 +198,48 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         "a zombie leader, stopped by its fencing token",
         &[
             "replica-d starts and stands by. Then replica-b freezes mid-batch, as a process does",
-            "in a long GC pause or a suspended VM: it stops renewing, but still holds token 4",
-            "and a batch to publish. Its lease runs out and replica-d takes over with token 5.",
-            "When replica-b wakes up it still believes it leads, and publishes: the downstream,",
+            "in a long GC pause or a suspended VM: it has checked that it leads and holds a",
+            "batch to dispatch with token 4, but it stops renewing. Its lease runs out and",
+            "replica-d takes over with token 5, resuming after replica-b's last bookmark. When",
+            "replica-b wakes up it still believes it leads, and dispatches: the downstream,",
             "which keeps the highest token it has accepted, rejects the batch.",
         ],
     );
     let d = Replica::start(&setup, "replica-d", 0)?;
     within(patience, "replica-d to stand by", d.wait_for(is_standby)).await??;
-    b.freeze(n);
-    within(
-        patience,
-        "replica-d to take over",
-        leads(&d, &setup.downstream),
-    )
-    .await??;
+    let zombie_batch = within(patience, "replica-b to freeze", b.freeze(n)).await??;
+    within(patience, "replica-d to take over", d.leads()).await??;
     sleep(ttl / 8).await;
     b.thaw();
+    within(patience, "replica-b to stop", b.stopped()).await??;
+
+    // The end: the shop closes, and the leader dispatches what is left.
+    shop.close().await;
+    let placed = shop.placed();
+    n.say(
+        "shop",
+        format!(
+            "closes after {} orders; replica-d dispatches what is left",
+            placed.len()
+        ),
+    );
     let downstream = Arc::clone(&setup.downstream);
-    within(patience, "the zombie's batch", async {
-        while downstream.rejected().is_empty() {
+    within(patience, "every order to be dispatched", async {
+        while !downstream.has_all(&placed) {
             sleep(Duration::from_millis(5)).await;
         }
     })
     .await?;
-
     n.say("replica-d", "shuts down gracefully: the story is over");
     within(patience, "replica-d to shut down", d.shut_down()).await??;
-    let _ = within(patience, "replica-b to stop", b.shut_down()).await;
     let _ = options.storage.close().await;
 
-    summary(n, &setup.downstream)
-}
-
-/// The closing table, and the checks that make the demo a test of itself.
-fn summary(n: &Narrator, downstream: &Downstream) -> anyhow::Result<()> {
-    let tenures = n.tenures();
-    let mut text =
-        String::from("\nSummary\n  token  leader      from      until     how it ended\n");
-    for t in &tenures {
-        let until = t.until.map_or_else(|| "-".to_owned(), secs);
-        text.push_str(&format!(
-            "  {:>5}  {:<10}  {:>8}  {:>8}  {}\n",
-            t.token,
-            t.owner,
-            secs(t.from),
-            until,
-            t.ended
-        ));
-    }
-    let accepted = downstream.accepted();
-    let rejected = downstream.rejected();
-    text.push_str(&format!(
-        "  The downstream accepted {} batches, each stamped with its leader's token, in token\n  \
-         order, and rejected {}",
-        accepted.len(),
-        rejected.len()
-    ));
-    for (who, stale, current) in &rejected {
-        text.push_str(&format!(
-            ": {who}'s, stamped {stale} after {current} had been accepted"
-        ));
-    }
-    text.push_str(".\n");
-
-    let tokens: Vec<u64> = tenures.iter().map(|t| t.token).collect();
-    let consecutive = tokens.windows(2).all(|w| w[1] == w[0] + 1) && tokens.first() == Some(&1);
-    let disjoint = tenures
-        .windows(2)
-        .all(|w| w[0].until.is_some_and(|until| until <= w[1].from));
-    let ordered = accepted.windows(2).all(|w| w[0].1 <= w[1].1);
-    text.push_str(&format!(
-        "  Checked: {} tenures with tokens {}; no two overlapped; writes in token order.\n",
-        tenures.len(),
-        tokens
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    n.text(&text);
-    if !(consecutive && disjoint && ordered && rejected.len() == 1 && tenures.len() == 5) {
-        bail!(
-            "the story went wrong: tokens {tokens:?} (consecutive: {consecutive}), \
-             disjoint tenures: {disjoint}, ordered writes: {ordered}, rejections: {}",
-            rejected.len()
-        );
-    }
-    Ok(())
-}
-
-/// Waits until `replica` leads and its dispatcher has published its first batch, so that the
-/// story of its election is told before the demo moves on.
-async fn leads(replica: &Replica, downstream: &Downstream) -> anyhow::Result<()> {
-    replica.wait_for(LeadershipState::is_leader).await?;
-    let token = replica.elector.state().leader_token().map(|t| t.get());
-    while !downstream
-        .accepted()
-        .iter()
-        .any(|(who, t)| who == replica.name && Some(*t) == token)
-    {
-        sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
+    let expected = Expected {
+        placed,
+        crashed_batch,
+        zombie_batch,
+    };
+    summary(n, &setup.downstream, &expected)
 }
 
 /// Waits until `replica` has renewed `count` times within its current tenure.
@@ -313,8 +276,4 @@ async fn within<T>(
 
 fn is_standby(state: &LeadershipState) -> bool {
     matches!(state, LeadershipState::Standby { .. })
-}
-
-fn secs(duration: Duration) -> String {
-    format!("{:.3}s", duration.as_secs_f64())
 }

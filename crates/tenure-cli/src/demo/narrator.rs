@@ -50,6 +50,11 @@ impl Narrator {
         self.start.elapsed()
     }
 
+    /// The time of `instant` in the story (zero if before it began).
+    pub fn time_of(&self, instant: Instant) -> Duration {
+        instant.saturating_duration_since(self.start)
+    }
+
     pub fn show_renewals(&self, show: bool) {
         self.show_renewals.store(show, Ordering::Relaxed);
     }
@@ -58,6 +63,16 @@ impl Narrator {
     pub fn say(&self, who: &str, what: impl fmt::Display) {
         let at = self.elapsed().as_secs_f64();
         self.print(&format!("[{at:6.3}s] {who:<10} {what}\n"));
+    }
+
+    /// Lines about `who`, told together: nothing else comes between them.
+    pub fn say_all(&self, who: &str, lines: &[String]) {
+        let at = self.elapsed().as_secs_f64();
+        let mut text = String::new();
+        for what in lines {
+            let _ = writeln!(text, "[{at:6.3}s] {who:<10} {what}");
+        }
+        self.print(&text);
     }
 
     /// A chapter heading and the few lines that say what it shows.

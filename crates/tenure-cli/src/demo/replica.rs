@@ -1,93 +1,24 @@
-//! One replica of the demo's order dispatcher: an elector, and a dispatch loop that runs only
-//! while it leads and stamps every batch it publishes with its fencing token.
+//! One replica of the demo's order dispatcher: an elector, and a [`Processor`] that, only
+//! while the elector leads, reads the orders after the bookmark, dispatches them downstream
+//! stamped with the fencing token, and moves the bookmark after each batch.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tenure_election::{ElectorConfig, FencingGuard, LeaderElector, LeaderLease, LeadershipState};
-use tenure_ports::{EventStorage, FencingToken};
-use tokio::sync::{Notify, watch};
+use tenure_election::{
+    Batch, ElectorConfig, ElectorError, LeaderElector, LeadershipState, Processor, ProcessorConfig,
+    ProcessorError, Projection, StaleToken,
+};
+use tenure_ports::{EventPosition, EventStorage, FencingToken};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::sleep;
 
 use super::narrator::Narrator;
+use super::orders::{Downstream, Order, Shop, describe};
 
-/// The system the dispatchers publish to. It keeps the highest fencing token it has accepted
-/// and refuses batches stamped with an older one.
-#[derive(Debug, Default)]
-pub struct Downstream {
-    guard: FencingGuard,
-    lease: String,
-    accepted: Mutex<Vec<(String, u64)>>,
-    rejected: Mutex<Vec<(String, u64, u64)>>,
-}
-
-impl Downstream {
-    pub fn new(lease: &str) -> Arc<Self> {
-        Arc::new(Downstream {
-            lease: lease.to_owned(),
-            ..Downstream::default()
-        })
-    }
-
-    /// Publishes one batch from `who`; returns how many batches this token has published so
-    /// far, or the rejection.
-    fn publish(
-        &self,
-        who: &str,
-        token: FencingToken,
-    ) -> Result<usize, tenure_election::StaleToken> {
-        self.guard
-            .admit_with(&self.lease, token, || {
-                let mut accepted = self.accepted.lock().unwrap_or_else(PoisonError::into_inner);
-                accepted.push((who.to_owned(), token.get()));
-                accepted.iter().filter(|(_, t)| *t == token.get()).count()
-            })
-            .inspect_err(|stale| {
-                self.rejected
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push((who.to_owned(), stale.stale.get(), stale.current.get()));
-            })
-    }
-
-    /// Every accepted batch: who published it, with which token.
-    pub fn accepted(&self) -> Vec<(String, u64)> {
-        self.accepted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Every rejected batch: who, its token, and the token already accepted.
-    pub fn rejected(&self) -> Vec<(String, u64, u64)> {
-        self.rejected
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-/// How the demo steers a replica from outside.
-#[derive(Debug, Default)]
-struct Control {
-    /// Finish the current batch and shut down gracefully (release).
-    stop: Notify,
-    /// Freeze mid-batch: see [`Replica::freeze`].
-    freeze: Notify,
-    /// Wake a frozen dispatcher.
-    thaw: Notify,
-}
-
-/// A running replica.
-#[derive(Debug)]
-pub struct Replica {
-    pub name: &'static str,
-    pub elector: LeaderElector,
-    control: Arc<Control>,
-    task: JoinHandle<()>,
-}
+/// The most orders a dispatcher reads, dispatches and bookmarks at a time.
+const BATCH_SIZE: usize = 10;
 
 /// Everything a replica needs to know.
 #[derive(Clone)]
@@ -97,17 +28,69 @@ pub struct Setup {
     pub ttl: Duration,
     pub narrator: Arc<Narrator>,
     pub downstream: Arc<Downstream>,
+    pub shop: Arc<Shop>,
 }
 
 impl Setup {
-    /// One batch every quarter ttl.
-    fn batch_interval(&self) -> Duration {
-        self.ttl / 4
+    /// Every replica reads the same orders and moves the same bookmark, named after the lease:
+    /// the bookmark names the position, not the replica.
+    fn processor_config(&self) -> ProcessorConfig {
+        ProcessorConfig::new(self.lease.as_str())
+            .with_query(self.shop.query())
+            .with_batch_size(BATCH_SIZE)
+            .with_idle_poll(self.ttl / 4)
     }
 }
 
+/// Something the demo asks a dispatcher to do at its next batch.
+enum Plan {
+    /// Dispatch the batch, tell which orders, then hang until killed: the crash comes before
+    /// the bookmark.
+    CrashAfterBatch(oneshot::Sender<Vec<u64>>),
+    /// Check the lease, tell which orders are about to go, then block until thawed, and
+    /// dispatch them.
+    FreezeBeforeBatch {
+        frozen: oneshot::Sender<Vec<u64>>,
+        thaw: mpsc::Receiver<()>,
+    },
+}
+
+/// How the demo steers a replica from outside.
+#[derive(Default)]
+struct Control {
+    /// Stop between batches and shut down gracefully (release).
+    stop: Notify,
+    /// What to do at the next batch.
+    plan: Mutex<Option<Plan>>,
+}
+
+impl Control {
+    fn set_plan(&self, plan: Plan) {
+        *self.plan.lock().unwrap_or_else(PoisonError::into_inner) = Some(plan);
+    }
+
+    fn take_plan(&self) -> Option<Plan> {
+        self.plan
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// A running replica.
+pub struct Replica {
+    pub name: &'static str,
+    pub elector: LeaderElector,
+    control: Arc<Control>,
+    /// The token of the last tenure whose first batch was dispatched and told.
+    first_batch: watch::Receiver<Option<FencingToken>>,
+    thaw: Mutex<Option<mpsc::Sender<()>>>,
+    task: JoinHandle<()>,
+}
+
 impl Replica {
-    /// Starts replica `name` with `priority`: its elector begins requesting at once.
+    /// Starts replica `name` with `priority`: its elector begins requesting at once, and its
+    /// processor waits to lead.
     pub fn start(setup: &Setup, name: &'static str, priority: i64) -> anyhow::Result<Replica> {
         let config = ElectorConfig::new(setup.lease.as_str(), setup.ttl)
             .with_owner(name)
@@ -115,16 +98,39 @@ impl Replica {
         let elector = LeaderElector::start(Arc::clone(&setup.storage), config)
             .with_context(|| format!("starting {name}"))?;
         let control = Arc::new(Control::default());
-        let task = tokio::spawn(run(
-            setup.clone(),
+        let (told, first_batch) = watch::channel(None);
+        let dispatcher = Dispatcher {
             name,
+            narrator: Arc::clone(&setup.narrator),
+            downstream: Arc::clone(&setup.downstream),
+            control: Arc::clone(&control),
+            told,
+        };
+        let processor = Processor::new(
+            Arc::clone(&setup.storage),
             elector.clone(),
+            setup.processor_config(),
+            dispatcher,
+        );
+        let processor = match processor {
+            Ok(processor) => processor,
+            Err(error) => {
+                elector.abort();
+                return Err(error).with_context(|| format!("starting {name}'s processor"));
+            }
+        };
+        let task = tokio::spawn(run(
+            processor,
+            name,
+            Arc::clone(&setup.narrator),
             Arc::clone(&control),
         ));
         Ok(Replica {
             name,
             elector,
             control,
+            first_batch,
+            thaw: Mutex::new(None),
             task,
         })
     }
@@ -143,100 +149,241 @@ impl Replica {
             .with_context(|| format!("{} stopped unexpectedly", self.name))
     }
 
-    /// A crash: the process dies, nothing is released.
+    /// Waits until this replica leads and has dispatched its tenure's first batch, so that
+    /// the story of its election is told before the demo moves on.
+    pub async fn leads(&self) -> anyhow::Result<()> {
+        let lease = self
+            .elector
+            .wait_for_leadership()
+            .await
+            .with_context(|| format!("{} stopped unexpectedly", self.name))?;
+        self.first_batch
+            .clone()
+            .wait_for(|told| *told == Some(lease.token()))
+            .await
+            .map(|_| ())
+            .with_context(|| format!("{} stopped unexpectedly", self.name))
+    }
+
+    /// Waits for this replica's next batch to be dispatched, and returns its orders; the
+    /// replica then hangs before it can bookmark them, until [`crash`](Self::crash).
+    pub async fn dispatch_one_more_batch(&self) -> anyhow::Result<Vec<u64>> {
+        let (done, dispatched) = oneshot::channel();
+        self.control.set_plan(Plan::CrashAfterBatch(done));
+        dispatched
+            .await
+            .with_context(|| format!("{} stopped before its next batch", self.name))
+    }
+
+    /// A crash: the process dies, nothing is released, nothing more is bookmarked.
     pub fn crash(&self, narrator: &Narrator) {
         self.task.abort();
         self.elector.abort();
         narrator.end_tenure(self.name, "crashed");
     }
 
-    /// A stop-the-world pause (a long GC pause, a suspended VM): the elector stops renewing
-    /// and the dispatcher is stuck mid-batch with the token it had, until [`thaw`](Self::thaw).
-    pub fn freeze(&self, narrator: &Narrator) {
-        // The freeze is signalled before the elector stops: stopping it ends the tenure, and a
-        // dispatcher woken by that first (on another worker thread) would stop cleanly instead
-        // of freezing. With the permit already stored, its biased select takes the freeze.
-        self.control.freeze.notify_one();
+    /// A stop-the-world pause (a long GC pause, a suspended VM) at the worst moment: at its
+    /// next batch, after checking that it still leads and before dispatching. The elector
+    /// stops renewing, and the dispatcher stays stuck with its token and its orders until
+    /// [`thaw`](Self::thaw). Returns the orders it holds.
+    pub async fn freeze(&self, narrator: &Narrator) -> anyhow::Result<Vec<u64>> {
+        let (frozen, held) = oneshot::channel();
+        let (thaw, thawed) = mpsc::channel();
+        *self.thaw.lock().unwrap_or_else(PoisonError::into_inner) = Some(thaw);
+        self.control.set_plan(Plan::FreezeBeforeBatch {
+            frozen,
+            thaw: thawed,
+        });
+        let orders = held
+            .await
+            .with_context(|| format!("{} stopped before its next batch", self.name))?;
+        // The elector is stopped only once the dispatcher is frozen: stopping it ends the
+        // tenure, and a processor that saw that first would stop cleanly instead of freezing.
         self.elector.abort();
         narrator.end_tenure(self.name, "froze, then was fenced off");
+        Ok(orders)
     }
 
     /// Ends the pause: the dispatcher carries on where it stopped.
     pub fn thaw(&self) {
-        self.control.thaw.notify_one();
+        if let Some(thaw) = self
+            .thaw
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = thaw.send(());
+        }
     }
 
-    /// A graceful shutdown: finish the current batch, then release the lease.
+    /// A graceful shutdown: stop between batches (the last one bookmarked), then release
+    /// the lease.
     pub async fn shut_down(self) -> anyhow::Result<()> {
         self.control.stop.notify_one();
+        self.thaw();
+        self.stopped().await
+    }
+
+    /// Waits until the replica has stopped of its own accord (and told why).
+    pub async fn stopped(self) -> anyhow::Result<()> {
         self.task
             .await
-            .with_context(|| format!("{} did not shut down cleanly", self.name))
+            .with_context(|| format!("{} did not stop cleanly", self.name))
     }
 }
 
-/// The replica's life: dispatch while leader; on a stop, finish and release.
-async fn run(setup: Setup, name: &'static str, elector: LeaderElector, control: Arc<Control>) {
-    tokio::select! {
-        _ = elector.run_while_leader(|lease| dispatch(&setup, name, lease, &control)) => {}
-        () = control.stop.notified() => {}
+/// The replica's life: process while leader, until told to stop; then release.
+async fn run(
+    mut processor: Processor<Dispatcher>,
+    name: &'static str,
+    narrator: Arc<Narrator>,
+    control: Arc<Control>,
+) {
+    match processor.run_until(control.stop.notified()).await {
+        Ok(()) => {}
+        Err(ProcessorError::Projection {
+            error: DispatchError::Rejected(_),
+            ..
+        }) => narrator.say(
+            name,
+            "stops: the rejection tells it that it no longer leads",
+        ),
+        // Its elector was stopped under it (a freeze): there is nothing to say.
+        Err(ProcessorError::Elector(ElectorError::Stopped)) => {}
+        Err(error) => narrator.say(name, format!("processor stopped: {error}")),
     }
-    if let Err(error) = elector.shutdown().await {
-        setup
-            .narrator
-            .say(name, format!("shutdown failed: {error}"));
+    if let Err(error) = processor.elector().shutdown().await {
+        narrator.say(name, format!("shutdown failed: {error}"));
     }
 }
 
-/// Dispatches batches for one tenure.
-async fn dispatch(setup: &Setup, name: &'static str, lease: LeaderLease, control: &Control) {
-    let narrator = &setup.narrator;
-    let token = lease.token();
-    narrator.say(
-        name,
-        format!("dispatching orders, every batch stamped with token {token}"),
-    );
-    loop {
-        match setup.downstream.publish(name, token) {
-            Ok(1) => narrator.say(
-                "downstream",
-                format!("accepted the first batch from {name} (token {token})"),
-            ),
-            Ok(_) => {}
-            Err(stale) => narrator.say(
-                "downstream",
-                format!("REJECTED a batch from {name}: {stale}"),
-            ),
+/// Why a batch was not dispatched.
+#[derive(Debug)]
+enum DispatchError {
+    /// The downstream refused it: a newer tenure has dispatched.
+    Rejected(StaleToken),
+    /// An event of the orders stream carries no order number.
+    NotAnOrder(EventPosition),
+}
+
+impl std::fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DispatchError::Rejected(stale) => write!(f, "the downstream refused it: {stale}"),
+            DispatchError::NotAnOrder(position) => {
+                write!(f, "the event at position {position} is not an order")
+            }
         }
-        tokio::select! {
-            // A freeze comes first: a frozen process does not notice that its lease is gone.
-            biased;
-            () = control.freeze.notified() => {
-                narrator.say(
-                    name,
-                    format!("FREEZES mid-batch, holding token {token} (a simulated stop-the-world pause)"),
-                );
-                control.thaw.notified().await;
-                narrator.say(
-                    name,
-                    format!("wakes up, still believing it leads, and publishes its batch with token {token}"),
-                );
-                // A zombie does not check its lease again: that is the point. It publishes.
-                if let Err(stale) = setup.downstream.publish(name, token) {
-                    narrator.say("downstream", format!("REJECTED the batch from {name}: {stale}"));
-                }
-                return;
-            }
-            () = lease.lost() => {
-                narrator.say(name, "stopped dispatching: it no longer holds the lease");
-                return;
-            }
-            () = lease.step_down_requested() => {
-                narrator.say(name, "finishing its current batch before handing over");
-                sleep(setup.batch_interval() / 4).await;
-                return;
-            }
-            () = sleep(setup.batch_interval()) => {}
+    }
+}
+
+impl std::error::Error for DispatchError {}
+
+/// The projection: dispatches each batch of orders downstream, stamped with the token.
+struct Dispatcher {
+    name: &'static str,
+    narrator: Arc<Narrator>,
+    downstream: Arc<Downstream>,
+    control: Arc<Control>,
+    /// The token of the last tenure whose first batch was dispatched and told.
+    told: watch::Sender<Option<FencingToken>>,
+}
+
+impl Projection for Dispatcher {
+    type Error = DispatchError;
+
+    async fn project(&mut self, batch: Batch) -> Result<(), DispatchError> {
+        let orders = batch
+            .events()
+            .iter()
+            .map(|e| Order::from_event(e).ok_or(DispatchError::NotAnOrder(e.position)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let numbers: Vec<u64> = orders.iter().map(|o| o.number).collect();
+        // Right before the effect: is this tenure still on? (The processor cancels a
+        // projection only at an `.await`, and there is none from here to the dispatch.)
+        if !batch.is_valid() {
+            return Ok(()); // not bookmarked: left to the next leader
         }
+        let token = batch.token();
+        match self.control.take_plan() {
+            None => self.dispatch(&batch, &orders, false),
+            Some(Plan::CrashAfterBatch(done)) => {
+                self.dispatch(&batch, &orders, true)?;
+                let _ = done.send(numbers);
+                // The crash comes now, before the processor can bookmark the batch.
+                std::future::pending().await
+            }
+            Some(Plan::FreezeBeforeBatch { frozen, thaw }) => {
+                self.narrator.say(
+                    self.name,
+                    format!(
+                        "FREEZES mid-batch, holding token {token} and {} to dispatch \
+                         (a simulated stop-the-world pause)",
+                        describe(&numbers)
+                    ),
+                );
+                let _ = frozen.send(numbers.clone());
+                // A paused process runs nothing at all, not even the processor's watch on
+                // its lease: the thread is blocked, and when it wakes it goes straight on to
+                // the dispatch it was about to make. (An error only means the demo is gone.)
+                let _ = tokio::task::block_in_place(|| thaw.recv());
+                self.narrator.say(
+                    self.name,
+                    format!(
+                        "wakes up, still believing it leads, and dispatches {} with token {token}",
+                        describe(&numbers)
+                    ),
+                );
+                self.dispatch(&batch, &orders, false)
+            }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Delivers the batch. Tells it if `told`, if it is the first of a tenure (with where it
+    /// resumed), or if it repeats orders; other batches go by quietly.
+    fn dispatch(
+        &mut self,
+        batch: &Batch,
+        orders: &[Order],
+        told: bool,
+    ) -> Result<(), DispatchError> {
+        let token = batch.token();
+        let numbers: Vec<u64> = orders.iter().map(|o| o.number).collect();
+        let repeated = match self.downstream.deliver(self.name, token, orders) {
+            Ok(repeated) => repeated,
+            Err(stale) => {
+                self.narrator.say(
+                    "downstream",
+                    format!(
+                        "REJECTED {}'s batch of {}: {stale}",
+                        self.name,
+                        describe(&numbers)
+                    ),
+                );
+                return Err(DispatchError::Rejected(stale));
+            }
+        };
+        let again = if repeated.is_empty() {
+            String::new()
+        } else {
+            format!(", {} for the second time", describe(&repeated))
+        };
+        let dispatched = format!("dispatched {} (token {token}){again}", describe(&numbers));
+        if *self.told.borrow() != Some(token) {
+            let from = match batch.after() {
+                None => "finds no bookmark: starts with the first order".to_owned(),
+                Some(position) => match self.downstream.order_at(position) {
+                    Some(order) => format!("resumes after the bookmark at order {order}"),
+                    None => format!("resumes after the bookmark at position {position}"),
+                },
+            };
+            self.narrator.say_all(self.name, &[from, dispatched]);
+            self.told.send_replace(Some(token));
+        } else if told || !repeated.is_empty() {
+            self.narrator.say(self.name, dispatched);
+        }
+        Ok(())
     }
 }
