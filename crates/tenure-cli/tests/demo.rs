@@ -20,10 +20,10 @@ const STORY: &[&str] = &[
     "Chapter 2: a planned handover",
     "replica-c standing by (leader replica-a, token 1)",
     "replica-a asked to step down: a contender with a higher priority is waiting (token 1)",
-    "replica-a hands over, its last batch dispatched and bookmarked",
+    "replica-a hands over: its last batch is dispatched and bookmarked (at order",
     "replica-a released the lease (token 1)",
     "replica-c elected leader (token 2)",
-    "replica-c resumes after the bookmark at order",
+    "replica-c reads the bookmark: resumes after order",
     "replica-c dispatched order",
     "(token 2)",
     "Chapter 3: a crash",
@@ -32,7 +32,7 @@ const STORY: &[&str] = &[
     "(token 2)",
     "replica-c CRASHES before bookmarking",
     "replica-a elected leader (token 3)",
-    "replica-a resumes after the bookmark at order",
+    "replica-a reads the bookmark: resumes after order",
     "replica-a dispatched orders",
     "(token 3), order",
     "for the second time",
@@ -40,10 +40,10 @@ const STORY: &[&str] = &[
     "Chapter 4: a graceful release",
     "replica-b standing by (leader replica-a, token 3)",
     "replica-a shuts down gracefully",
-    "replica-a stops between batches, its last batch dispatched and bookmarked",
+    "replica-a stops between batches: its last batch is dispatched and bookmarked (at order",
     "replica-a released the lease (token 3)",
     "replica-b elected leader (token 4)",
-    "replica-b resumes after the bookmark at order",
+    "replica-b reads the bookmark: resumes after order",
     "replica-b dispatched order",
     "(token 4)",
     "-> replica-b took over",
@@ -51,7 +51,7 @@ const STORY: &[&str] = &[
     "replica-d standing by (leader replica-b, token 4)",
     "replica-b FREEZES mid-batch, holding token 4 and order",
     "replica-d elected leader (token 5)",
-    "replica-d resumes after the bookmark at order",
+    "replica-d reads the bookmark: resumes after order",
     "replica-d dispatched order",
     "(token 5)",
     "replica-b wakes up, still believing it leads, and dispatches order",
@@ -61,7 +61,7 @@ const STORY: &[&str] = &[
     "replica-b stops: the rejection tells it that it no longer leads",
     "shop closes after",
     "replica-d shuts down gracefully: the story is over",
-    "replica-d stops between batches, its last batch dispatched and bookmarked",
+    "replica-d stops between batches: its last batch is dispatched and bookmarked (at order",
     "replica-d released the lease (token 5)",
     "Summary",
     "The shop placed",
@@ -113,19 +113,27 @@ fn assert_story(stdout: &str, story: &[&str]) {
     }
 }
 
-/// The text between `start` and `end` on the first line of `stdout` that contains `marker`.
+/// The text between `start` and `end` (or the end of the line) on the first line of `stdout`
+/// that contains `marker`.
 fn on_line<'a>(stdout: &'a str, marker: &str, start: &str, end: &str) -> &'a str {
     let line = stdout
         .lines()
         .find(|l| l.contains(marker))
         .unwrap_or_else(|| panic!("no line with {marker:?} in:\n{stdout}"));
     let from = line.find(start).unwrap() + start.len();
-    let to = from + line[from..].find(end).unwrap();
+    let to = line[from..].find(end).map_or(line.len(), |at| from + at);
     &line[from..to]
 }
 
-/// The orders told along the way are the ones the summary counts and explains.
+/// The orders told along the way are the ones the summary counts and explains, and each
+/// handover passes the bookmark on exactly.
 fn assert_orders_add_up(stdout: &str) {
+    let handed = on_line(stdout, "replica-a  hands over:", "(at ", ")");
+    let resumed = on_line(stdout, "replica-c  reads the bookmark:", "after ", "\n");
+    assert_eq!(handed, resumed, "{stdout}");
+    let stopped = on_line(stdout, "replica-a  stops between batches:", "(at ", ")");
+    let resumed = on_line(stdout, "replica-b  reads the bookmark:", "after ", "\n");
+    assert_eq!(stopped, resumed, "{stdout}");
     let summary = squeeze(&stdout[stdout.find("\nSummary\n").unwrap()..]);
     // The batch dispatched right before the crash is the one dispatched twice.
     let lines: Vec<&str> = stdout.lines().collect();

@@ -157,11 +157,13 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
     );
     let crashed_at = Instant::now();
     c.crash(n);
-    within(patience, "replica-a to take over", a.leads()).await??;
+    within(patience, "replica-a to take over", a.elected()).await??;
+    let took = crashed_at.elapsed();
+    within(patience, "replica-a's first batch", a.leads()).await??;
     n.text(&format!(
         "  -> replica-a took over {} after the crash: replica-c's lease had to run out first,\n     \
          a ttl ({}) after its last renewal.\n",
-        secs(crashed_at.elapsed()),
+        secs(took),
         human(ttl)
     ));
 
@@ -185,10 +187,12 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
     n.say("replica-a", "shuts down gracefully");
     let released_at = Instant::now();
     within(patience, "replica-a to shut down", a.shut_down()).await??;
-    within(patience, "replica-b to take over", b.leads()).await??;
+    within(patience, "replica-b to take over", b.elected()).await??;
+    let took = released_at.elapsed();
+    within(patience, "replica-b's first batch", b.leads()).await??;
     n.text(&format!(
         "  -> replica-b took over {} after the release; a crash costs a whole ttl ({}).\n",
-        secs(released_at.elapsed()),
+        secs(took),
         human(ttl)
     ));
 

@@ -4,6 +4,7 @@
 //! [`NarrationLayer`], so what is told is exactly what they did, in the order they did it,
 //! with nothing missed.
 
+use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,8 @@ pub struct Narrator {
     /// Whether renewals are told (only while they are the point).
     show_renewals: AtomicBool,
     tenures: Mutex<Vec<Tenure>>,
+    /// The order at each event position dispatched so far, to name a bookmark.
+    orders: Mutex<BTreeMap<u64, u64>>,
 }
 
 /// One tenure as it was told: who, which token, from when to when, how it ended.
@@ -42,6 +45,7 @@ impl Narrator {
             out: Mutex::new(()),
             show_renewals: AtomicBool::new(false),
             tenures: Mutex::new(Vec::new()),
+            orders: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -65,14 +69,19 @@ impl Narrator {
         self.print(&format!("[{at:6.3}s] {who:<10} {what}\n"));
     }
 
-    /// Lines about `who`, told together: nothing else comes between them.
-    pub fn say_all(&self, who: &str, lines: &[String]) {
-        let at = self.elapsed().as_secs_f64();
-        let mut text = String::new();
-        for what in lines {
-            let _ = writeln!(text, "[{at:6.3}s] {who:<10} {what}");
+    /// Remembers that order `number` sits at event `position`, to name a bookmark there.
+    pub fn note_order(&self, position: u64, number: u64) {
+        let mut orders = self.orders.lock().unwrap_or_else(PoisonError::into_inner);
+        orders.insert(position, number);
+    }
+
+    /// "order 7" for a bookmark at the position of order 7.
+    fn bookmark_at(&self, position: u64) -> String {
+        let orders = self.orders.lock().unwrap_or_else(PoisonError::into_inner);
+        match orders.get(&position) {
+            Some(number) => format!("order {number}"),
+            None => format!("position {position}"),
         }
-        self.print(&text);
     }
 
     /// A chapter heading and the few lines that say what it shows.
@@ -188,7 +197,7 @@ impl<S: Subscriber> Layer<S> for NarrationLayer {
                 };
                 self.narrator.end_tenure(owner, ended);
             }
-            if let Some(line) = processor_line(action, &fields) {
+            if let Some(line) = processor_line(&self.narrator, action, &fields) {
                 self.narrator.say(owner, line);
             }
             return;
@@ -258,7 +267,13 @@ impl<S: Subscriber> Layer<S> for NarrationLayer {
 
 /// A processor's event as a line of the story, if it is one (batches are told by the
 /// dispatcher itself).
-fn processor_line(action: &str, fields: &Fields) -> Option<String> {
+fn processor_line(n: &Narrator, action: &str, fields: &Fields) -> Option<String> {
+    // Where the tenure's last bookmark is, if it wrote one.
+    let bookmark = || {
+        fields
+            .position
+            .map_or_else(String::new, |p| format!(" (at {})", n.bookmark_at(p)))
+    };
     let events = || {
         format!(
             "the events at positions {}–{}",
@@ -267,10 +282,18 @@ fn processor_line(action: &str, fields: &Fields) -> Option<String> {
         )
     };
     Some(match (action, fields.reason.as_deref()) {
-        ("stepping_down", _) => "hands over, its last batch dispatched and bookmarked".into(),
-        ("stopped", Some("stop_signal")) => {
-            "stops between batches, its last batch dispatched and bookmarked".into()
-        }
+        ("resumed", _) => match fields.position {
+            None => "finds no bookmark: starts with the first order".into(),
+            Some(p) => format!("reads the bookmark: resumes after {}", n.bookmark_at(p)),
+        },
+        ("stepping_down", _) => format!(
+            "hands over: its last batch is dispatched and bookmarked{}",
+            bookmark()
+        ),
+        ("stopped", Some("stop_signal")) => format!(
+            "stops between batches: its last batch is dispatched and bookmarked{}",
+            bookmark()
+        ),
         ("not_bookmarked", _) => format!(
             "lost its tenure after dispatching {}, before bookmarking them: the next leader \
              dispatches them again",
@@ -297,6 +320,7 @@ struct Fields {
     operation: Option<String>,
     first: Option<u64>,
     last: Option<u64>,
+    position: Option<u64>,
     reason: Option<String>,
     holder: Option<String>,
     error: Option<String>,
@@ -318,6 +342,7 @@ impl Visit for Fields {
             "valid_for_ms" => self.valid_for_ms = Some(value),
             "first" => self.first = Some(value),
             "last" => self.last = Some(value),
+            "position" => self.position = Some(value),
             _ => {}
         }
     }
@@ -358,19 +383,33 @@ mod tests {
 
     #[test]
     fn processor_events_become_lines_and_the_rest_is_left_to_the_dispatcher() {
-        let fields = |reason: Option<&str>| Fields {
+        let n = Narrator::new();
+        n.note_order(6, 4);
+        let fields = |reason: Option<&str>, position: Option<u64>| Fields {
             reason: reason.map(str::to_owned),
             first: Some(17),
             last: Some(18),
+            position,
             ..Fields::default()
         };
-        let line = |action, reason| processor_line(action, &fields(reason));
-        assert!(line("stepping_down", None).is_some_and(|l| l.starts_with("hands over")));
-        assert!(line("stopped", Some("stop_signal")).is_some());
-        assert!(line("stopped", Some("step_down")).is_none());
-        assert!(line("not_bookmarked", None).is_some_and(|l| l.contains("positions 17–18")));
-        for quiet in ["resumed", "projected", "bookmarked", "caught_up", "failed"] {
-            assert!(line(quiet, None).is_none(), "{quiet}");
+        let line = |action, reason, position| processor_line(&n, action, &fields(reason, position));
+        assert_eq!(
+            line("resumed", None, None).as_deref(),
+            Some("finds no bookmark: starts with the first order")
+        );
+        assert_eq!(
+            line("resumed", None, Some(6)).as_deref(),
+            Some("reads the bookmark: resumes after order 4")
+        );
+        assert!(line("resumed", None, Some(9)).is_some_and(|l| l.ends_with("position 9")));
+        assert!(line("stepping_down", None, Some(6)).is_some_and(|l| l.ends_with("(at order 4)")));
+        assert!(
+            line("stopped", Some("stop_signal"), None).is_some_and(|l| l.ends_with("bookmarked"))
+        );
+        assert!(line("stopped", Some("step_down"), None).is_none());
+        assert!(line("not_bookmarked", None, None).is_some_and(|l| l.contains("positions 17–18")));
+        for quiet in ["projected", "bookmarked", "caught_up", "failed"] {
+            assert!(line(quiet, None, None).is_none(), "{quiet}");
         }
     }
 }

@@ -226,17 +226,6 @@ impl Downstream {
             .clone()
     }
 
-    /// The number of the order at `position`, if it was delivered (a bookmark always points
-    /// at the last order of a delivered batch).
-    pub fn order_at(&self, position: EventPosition) -> Option<u64> {
-        let accepted = self.accepted.lock().unwrap_or_else(PoisonError::into_inner);
-        accepted
-            .iter()
-            .flat_map(|d| &d.orders)
-            .find(|o| o.position == position)
-            .map(|o| o.number)
-    }
-
     /// Whether every order in `orders` was delivered at least once.
     pub fn has_all(&self, orders: &[u64]) -> bool {
         let accepted = self.accepted.lock().unwrap_or_else(PoisonError::into_inner);
@@ -330,7 +319,6 @@ mod tests {
         assert_eq!(downstream.accepted().len(), 2);
         let rejected = downstream.rejected();
         assert_eq!(rejected[0].orders, vec![4]);
-        assert_eq!(downstream.order_at(EventPosition::new(3).unwrap()), Some(3));
         assert!(downstream.has_all(&[1, 2, 3]));
         assert!(!downstream.has_all(&[4]));
     }

@@ -149,6 +149,11 @@ impl Replica {
             .with_context(|| format!("{} stopped unexpectedly", self.name))
     }
 
+    /// Waits until this replica is elected.
+    pub async fn elected(&self) -> anyhow::Result<()> {
+        self.wait_for(LeadershipState::is_leader).await
+    }
+
     /// Waits until this replica leads and has dispatched its tenure's first batch, so that
     /// the story of its election is told before the demo moves on.
     pub async fn leads(&self) -> anyhow::Result<()> {
@@ -341,8 +346,8 @@ impl Projection for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Delivers the batch. Tells it if `told`, if it is the first of a tenure (with where it
-    /// resumed), or if it repeats orders; other batches go by quietly.
+    /// Delivers the batch. Tells it if `told`, if it is the first of a tenure, or if it
+    /// repeats orders; other batches go by quietly.
     fn dispatch(
         &mut self,
         batch: &Batch,
@@ -370,20 +375,16 @@ impl Dispatcher {
         } else {
             format!(", {} for the second time", describe(&repeated))
         };
-        let dispatched = format!("dispatched {} (token {token}){again}", describe(&numbers));
-        if *self.told.borrow() != Some(token) {
-            let from = match batch.after() {
-                None => "finds no bookmark: starts with the first order".to_owned(),
-                Some(position) => match self.downstream.order_at(position) {
-                    Some(order) => format!("resumes after the bookmark at order {order}"),
-                    None => format!("resumes after the bookmark at position {position}"),
-                },
-            };
-            self.narrator.say_all(self.name, &[from, dispatched]);
-            self.told.send_replace(Some(token));
-        } else if told || !repeated.is_empty() {
-            self.narrator.say(self.name, dispatched);
+        for order in orders {
+            self.narrator.note_order(order.position.get(), order.number);
         }
+        if told || !repeated.is_empty() || *self.told.borrow() != Some(token) {
+            self.narrator.say(
+                self.name,
+                format!("dispatched {} (token {token}){again}", describe(&numbers)),
+            );
+        }
+        self.told.send_replace(Some(token));
         Ok(())
     }
 }
