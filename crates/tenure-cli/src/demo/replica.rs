@@ -346,13 +346,13 @@ impl Projection for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Delivers the batch. Tells it if `told`, if it is the first of a tenure, or if it
-    /// repeats orders; other batches go by quietly.
+    /// Delivers the batch. Tells it if `always_tell`, if it is the first of a tenure, or if
+    /// it repeats orders; other batches go by quietly.
     fn dispatch(
         &mut self,
         batch: &Batch,
         orders: &[Order],
-        told: bool,
+        always_tell: bool,
     ) -> Result<(), DispatchError> {
         let token = batch.token();
         let numbers: Vec<u64> = orders.iter().map(|o| o.number).collect();
@@ -378,7 +378,7 @@ impl Dispatcher {
         for order in orders {
             self.narrator.note_order(order.position.get(), order.number);
         }
-        if told || !repeated.is_empty() || *self.told.borrow() != Some(token) {
+        if always_tell || !repeated.is_empty() || *self.told.borrow() != Some(token) {
             self.narrator.say(
                 self.name,
                 format!("dispatched {} (token {token}){again}", describe(&numbers)),
