@@ -60,6 +60,7 @@ commands:
   stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
   bench file              the file backend's appends against raw write + fsync, and reopening
+  bench events            event appends and reads, memory and PostgreSQL, against plain SQL
 ";
 
 fn main() -> ExitCode {
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
         ["stress"] => stress("10"),
         ["stress", "--minutes", minutes] => stress(minutes),
         ["bench", "file"] => cargo(&["bench", "-p", "tenure-file", "--bench", "append"]),
+        ["bench", "events"] => cargo(&["bench", "-p", "tenure-postgres", "--bench", "events"]),
         ["help" | "--help" | "-h"] => {
             print!("{USAGE}");
             Ok(())
