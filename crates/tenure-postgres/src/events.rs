@@ -38,26 +38,65 @@ pub(crate) struct EventStatements {
     pub(crate) keys_constraint: String,
 }
 
-/// Which of the 16 read statements serves a read: direction, and which filters it has.
+/// How a read filters on one list (streams, or event types).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ListFilter {
+    /// The list is empty: no filter.
+    None,
+    /// One value: `column = ($n)[1]`, so that the (column, position) index returns the rows
+    /// in position order and a batch reads only what it returns.
+    One,
+    /// Several values: `column = ANY ($n)`.
+    Many,
+}
+
+impl ListFilter {
+    const ALL: [ListFilter; 3] = [ListFilter::None, ListFilter::One, ListFilter::Many];
+
+    fn of(list: &[String]) -> ListFilter {
+        match list.len() {
+            0 => ListFilter::None,
+            1 => ListFilter::One,
+            _ => ListFilter::Many,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            ListFilter::None => 0,
+            ListFilter::One => 1,
+            ListFilter::Many => 2,
+        }
+    }
+}
+
+/// Which of the 36 read statements serves a read: direction, and which filters it has.
 fn read_index(direction: Direction, query: &EventQuery) -> usize {
-    usize::from(direction == Direction::Backwards) * 8
-        + usize::from(!query.streams.is_empty()) * 4
-        + usize::from(!query.event_types.is_empty()) * 2
-        + usize::from(!query.tags.is_empty())
+    shape_index(
+        direction == Direction::Backwards,
+        ListFilter::of(&query.streams),
+        ListFilter::of(&query.event_types),
+        !query.tags.is_empty(),
+    )
+}
+
+fn shape_index(backwards: bool, streams: ListFilter, types: ListFilter, tags: bool) -> usize {
+    ((usize::from(backwards) * 3 + streams.index()) * 3 + types.index()) * 2 + usize::from(tags)
 }
 
 impl EventStatements {
     pub(crate) fn new(prefix: &TablePrefix) -> Self {
         let p = prefix.as_str();
-        let mut reads = Vec::with_capacity(16);
-        for index in 0..16 {
-            reads.push(read_sql(
-                p,
-                index & 8 != 0,
-                index & 4 != 0,
-                index & 2 != 0,
-                index & 1 != 0,
-            ));
+        let mut reads = vec![String::new(); 36];
+        for backwards in [false, true] {
+            for streams in ListFilter::ALL {
+                for types in ListFilter::ALL {
+                    for tags in [false, true] {
+                        reads[shape_index(backwards, streams, types, tags)] =
+                            read_sql(p, backwards, streams, types, tags);
+                    }
+                }
+            }
         }
         EventStatements {
             append: format!(
@@ -102,15 +141,25 @@ impl EventStatements {
 /// own snapshot) and the transaction id of the newest committed event; the events returned are
 /// those written by transactions below the barrier. The outer join yields one row (with NULL
 /// event columns) when no event qualifies, so that the barrier information always arrives.
-fn read_sql(p: &str, backwards: bool, streams: bool, types: bool, tags: bool) -> String {
+fn read_sql(
+    p: &str,
+    backwards: bool,
+    streams: ListFilter,
+    types: ListFilter,
+    tags: bool,
+) -> String {
     let mut filters = String::new();
     let mut n = 3;
-    if streams {
-        let _ = write!(filters, " AND e.stream = ANY (${n})");
-        n += 1;
-    }
-    if types {
-        let _ = write!(filters, " AND e.event_type = ANY (${n})");
+    for (filter, column) in [(streams, "stream"), (types, "event_type")] {
+        match filter {
+            ListFilter::None => continue,
+            ListFilter::One => {
+                let _ = write!(filters, " AND e.{column} = (${n}::text[])[1]");
+            }
+            ListFilter::Many => {
+                let _ = write!(filters, " AND e.{column} = ANY (${n})");
+            }
+        }
         n += 1;
     }
     if tags {
@@ -231,17 +280,25 @@ mod tests {
         let statements = EventStatements::new(&TablePrefix::default());
         let query = EventQuery::stream("s").of_type("T").with_tag("t");
         let sql = statements.read(Direction::Backwards, &query);
-        assert!(sql.contains("e.stream = ANY ($3)"), "{sql}");
-        assert!(sql.contains("e.event_type = ANY ($4)"), "{sql}");
+        assert!(sql.contains("e.stream = ($3::text[])[1]"), "{sql}");
+        assert!(sql.contains("e.event_type = ($4::text[])[1]"), "{sql}");
         assert!(sql.contains("e.tags @> $5"), "{sql}");
         assert!(sql.contains("e.position <= $1"), "{sql}");
         assert!(sql.contains("DESC LIMIT $2"), "{sql}");
+        let two = EventQuery {
+            streams: vec!["a".into(), "b".into()],
+            event_types: vec!["X".into(), "Y".into()],
+            tags: vec![],
+        };
+        let sql = statements.read(Direction::Forwards, &two);
+        assert!(sql.contains("e.stream = ANY ($3)"), "{sql}");
+        assert!(sql.contains("e.event_type = ANY ($4)"), "{sql}");
         let sql = statements.read(Direction::Forwards, &EventQuery::all().with_tag("t"));
         assert!(sql.contains("e.tags @> $3"), "{sql}");
         assert!(!sql.contains("ANY"), "{sql}");
         assert!(sql.contains("e.position > $1"), "{sql}");
         let distinct: std::collections::HashSet<&String> = statements.reads.iter().collect();
-        assert_eq!(distinct.len(), 16);
+        assert_eq!(distinct.len(), 36);
     }
 
     #[test]
