@@ -8,6 +8,7 @@
 //!   election workloads under faults), with its counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
 //! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
+//! * `cargo xtask bench events`: append and read throughput on memory and PostgreSQL.
 //!
 //! It depends on nothing but std, so that it builds in seconds.
 
