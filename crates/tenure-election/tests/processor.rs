@@ -11,25 +11,12 @@ mod support;
 use std::sync::Arc;
 
 use support::processing::{
-    Effects, Mark, Recorder, Replica, append_orders, bookmark_of, eventually,
+    Effects, LEASE, Mark, Recorder, Replica, append_orders, bookmark_of, elector_config,
+    eventually, processor_config,
 };
 use support::{Backend, is_standby, ms, wait_for_leader, wait_until};
-use tenure_election::{ElectorConfig, FencingGuard, ProcessorConfig};
+use tenure_election::FencingGuard;
 use tokio::time::sleep;
-
-const LEASE: &str = "order-dispatcher";
-
-/// ttl 300 ms: poll 100 ms, call timeout 50 ms, safety margin 3 ms.
-fn elector_config() -> ElectorConfig {
-    ElectorConfig::new(LEASE, ms(300))
-}
-
-/// Batches of 100, an idle poll of 20 ms.
-fn processor_config() -> ProcessorConfig {
-    ProcessorConfig::new(LEASE)
-        .with_batch_size(100)
-        .with_idle_poll(ms(20))
-}
 
 #[tokio::test(start_paused = true)]
 async fn three_processors_over_ten_thousand_events_survive_a_crash_and_a_step_down() {

@@ -9,26 +9,12 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use support::processing::{
-    Effect, Effects, Mark, Recorder, Replica, append_orders, bookmark_of, eventually,
+    Effect, Effects, LEASE, Mark, Recorder, Replica, append_orders, bookmark_of, elector_config,
+    eventually, processor_config,
 };
 use support::{Backend, is_standby, ms, wait_for_leader, wait_until};
-use tenure_election::{
-    Batch, ElectorConfig, FencingGuard, ProcessorConfig, Projection, StaleToken,
-};
+use tenure_election::{Batch, ElectorConfig, FencingGuard, Projection, StaleToken};
 use tenure_ports::EventPosition;
-
-const LEASE: &str = "order-dispatcher";
-
-/// ttl 300 ms: poll 100 ms, call timeout 50 ms, safety margin 3 ms.
-fn elector_config() -> ElectorConfig {
-    ElectorConfig::new(LEASE, ms(300))
-}
-
-fn processor_config() -> ProcessorConfig {
-    ProcessorConfig::new(LEASE)
-        .with_batch_size(100)
-        .with_idle_poll(ms(20))
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_batch_whose_bookmark_was_not_written_is_projected_again_by_the_next_owner() {

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::processing::{LEASE, processor_config};
+
 use std::error::Error as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,16 +28,8 @@ use tenure_ports::{
 };
 use tokio::time::sleep;
 
-const LEASE: &str = "order-dispatcher";
-
 fn elector_config(owner: &str) -> ElectorConfig {
-    ElectorConfig::new(LEASE, ms(300)).with_owner(owner)
-}
-
-fn processor_config() -> ProcessorConfig {
-    ProcessorConfig::new(LEASE)
-        .with_batch_size(100)
-        .with_idle_poll(ms(20))
+    support::processing::elector_config().with_owner(owner)
 }
 
 /// A projection's own error type.

@@ -8,22 +8,11 @@ mod support;
 use std::sync::Arc;
 
 use support::processing::{
-    Captured, Effects, Recorder, Replica, append_orders, bookmark_of, eventually,
+    Captured, Effects, LEASE, Recorder, Replica, append_orders, bookmark_of, elector_config,
+    eventually, processor_config,
 };
 use support::{Backend, ms, wait_for_leader};
-use tenure_election::{ElectorConfig, FencingGuard, ProcessorConfig};
-
-const LEASE: &str = "order-dispatcher";
-
-fn elector_config() -> ElectorConfig {
-    ElectorConfig::new(LEASE, ms(300))
-}
-
-fn processor_config() -> ProcessorConfig {
-    ProcessorConfig::new(LEASE)
-        .with_batch_size(100)
-        .with_idle_poll(ms(20))
-}
+use tenure_election::FencingGuard;
 
 #[tokio::test(start_paused = true)]
 async fn batches_bookmarks_and_step_downs_are_told_with_lease_owner_token_and_position() {

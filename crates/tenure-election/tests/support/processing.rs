@@ -423,3 +423,18 @@ impl tracing::Subscriber for Captured {
 
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// The lease every processor test contends for.
+pub const LEASE: &str = "order-dispatcher";
+
+/// ttl 300 ms: poll 100 ms, call timeout 50 ms, safety margin 3 ms.
+pub fn elector_config() -> ElectorConfig {
+    ElectorConfig::new(LEASE, super::ms(300))
+}
+
+/// Batches of 100, an idle poll of 20 ms.
+pub fn processor_config() -> ProcessorConfig {
+    ProcessorConfig::new(LEASE)
+        .with_batch_size(100)
+        .with_idle_poll(super::ms(20))
+}
