@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{LOCK_KEY_SQL, admin, builder, fresh_storage};
+use support::{LOCK_KEY_SQL, admin, blocked_on_lock, builder, fresh_storage};
 use tenure_pg_test::PrefixGuard;
 use tenure_pg_test::cluster::Cluster;
 use tenure_ports::{
@@ -84,27 +84,6 @@ async fn raw_append(
         .await?;
     let outcome: String = rows[0].get(0);
     Ok((outcome, rows.iter().map(|r| r.get(1)).collect()))
-}
-
-/// Waits until a statement under `prefix` calling `function` waits on a lock; its pid.
-async fn blocked_on_lock(prefix: &str, function: &str) -> i32 {
-    let client = admin().await;
-    let pattern = format!("%{prefix}{function}%");
-    for _ in 0..1000 {
-        if let Some(row) = client
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity \
-                  WHERE wait_event_type = 'Lock' AND query LIKE $1 LIMIT 1",
-                &[&pattern],
-            )
-            .await
-            .unwrap()
-        {
-            return row.get(0);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no call of {prefix}{function} ever waited on a lock");
 }
 
 /// The issue's test of the barrier: a slow transaction holds a smaller position while a later

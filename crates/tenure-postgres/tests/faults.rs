@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use support::{LOCK_KEY_SQL, admin, builder, fresh_prefix, fresh_storage};
+use support::{LOCK_KEY_SQL, admin, blocked_on_lock, builder, fresh_prefix, fresh_storage};
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
     EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus, Timestamp,
@@ -53,27 +53,6 @@ async fn hold_lease_lock(
     (release_tx, handle)
 }
 
-/// Waits until a lease call under `prefix` is waiting on a lock on the server; its pid.
-async fn waiting_backend(prefix: &str) -> i32 {
-    let client = admin().await;
-    let pattern = format!("%{prefix}request_lease_v1%");
-    for _ in 0..500 {
-        if let Some(row) = client
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity \
-                  WHERE wait_event_type = 'Lock' AND query LIKE $1 LIMIT 1",
-                &[&pattern],
-            )
-            .await
-            .unwrap()
-        {
-            return row.get(0);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no lease call under {prefix} ever waited on the lock");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_it_decides() {
     let (storage, guard) = fresh_storage().await;
@@ -93,7 +72,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
                 .await
         }
     });
-    waiting_backend(guard.prefix()).await;
+    blocked_on_lock(guard.prefix(), "request_lease_v1").await;
     // Keep b waiting well past a's ttl, then let it in.
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert!(!waiting.is_finished(), "b did not wait on the lock");
@@ -136,7 +115,7 @@ async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(
         let request = request.clone();
         async move { storage.request_lease(&request).await }
     });
-    let pid = waiting_backend(guard.prefix()).await;
+    let pid = blocked_on_lock(guard.prefix(), "request_lease_v1").await;
     let killed: bool = admin()
         .await
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])

@@ -51,3 +51,24 @@ pub async fn admin() -> tokio_postgres::Client {
 
 /// The advisory lock key of `lease_name` under `prefix`, as the lease functions compute it.
 pub const LOCK_KEY_SQL: &str = "hashtextextended($1::text || 'leases:' || $2::text, 0)";
+
+/// Waits until a statement under `prefix` calling `function` waits on a lock; its pid.
+pub async fn blocked_on_lock(prefix: &str, function: &str) -> i32 {
+    let client = admin().await;
+    let pattern = format!("%{prefix}{function}%");
+    for _ in 0..1000 {
+        if let Some(row) = client
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity \
+                  WHERE wait_event_type = 'Lock' AND query LIKE $1 LIMIT 1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+        {
+            return row.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no call of {prefix}{function} ever waited on a lock");
+}
