@@ -322,6 +322,13 @@ impl Drop for PrefixGuard {
     }
 }
 
+/// `sql` (one or more statements) as one transaction that first takes a lock shared by every
+/// test: for role and privilege changes, which PostgreSQL cannot run concurrently on one
+/// object (two `GRANT ... ON SCHEMA public` at once fail with "tuple concurrently updated").
+pub fn serialized(sql: &str) -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock(7243517419005871); {sql}; COMMIT;")
+}
+
 /// Runs `sql` on the server at `url` from a thread of its own (usable in `Drop`, inside or
 /// outside a runtime), for cleanups such as dropping a role.
 pub fn execute_detached(url: &str, sql: &str) -> Result<(), String> {

@@ -332,15 +332,15 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
     let client = admin().await;
     // Exactly what docs/postgres.md lists, and nothing else.
     client
-        .batch_execute(&format!(
+        .batch_execute(&tenure_pg_test::serialized(&format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{role}_pw'; \
              GRANT USAGE ON SCHEMA public TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON {p}leases TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {p}lease_contenders TO {role}; \
              GRANT SELECT, INSERT ON {p}events, {p}event_keys TO {role}; \
              GRANT USAGE, UPDATE ON SEQUENCE {p}events_position_seq TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}bookmarks TO {role};"
-        ))
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {p}bookmarks TO {role}"
+        )))
         .await
         .unwrap();
     struct DropRole(String, String);
@@ -348,7 +348,10 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
         fn drop(&mut self) {
             let _ = tenure_pg_test::execute_detached(
                 &self.0,
-                &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0};", self.1),
+                &tenure_pg_test::serialized(&format!(
+                    "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+                    self.1
+                )),
             );
         }
     }
@@ -494,10 +497,10 @@ async fn no_tracing_event_shows_a_password() {
     let role = tenure_pg_test::unique_name("tenure_role");
     admin()
         .await
-        .batch_execute(&format!(
+        .batch_execute(&tenure_pg_test::serialized(&format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{secret}'; \
-             GRANT USAGE ON SCHEMA public TO {role};"
-        ))
+             GRANT USAGE ON SCHEMA public TO {role}"
+        )))
         .await
         .unwrap();
     struct DropRole(String, String);
@@ -505,7 +508,10 @@ async fn no_tracing_event_shows_a_password() {
         fn drop(&mut self) {
             let _ = tenure_pg_test::execute_detached(
                 &self.0,
-                &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0};", self.1),
+                &tenure_pg_test::serialized(&format!(
+                    "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+                    self.1
+                )),
             );
         }
     }
@@ -599,12 +605,12 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
     // whatever the server grants PUBLIC on `public`.
     admin()
         .await
-        .batch_execute(&format!(
+        .batch_execute(&tenure_pg_test::serialized(&format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{role}_pw'; \
              CREATE SCHEMA {schema}; \
              GRANT USAGE ON SCHEMA {schema} TO {role}; \
-             ALTER ROLE {role} SET search_path = {schema};"
-        ))
+             ALTER ROLE {role} SET search_path = {schema}"
+        )))
         .await
         .unwrap();
     struct Cleanup(String, String, String);
@@ -612,11 +618,11 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
         fn drop(&mut self) {
             let _ = tenure_pg_test::execute_detached(
                 &self.0,
-                &format!(
+                &tenure_pg_test::serialized(&format!(
                     "DROP SCHEMA IF EXISTS {0} CASCADE; DROP OWNED BY {1}; \
-                     DROP ROLE IF EXISTS {1};",
+                     DROP ROLE IF EXISTS {1}",
                     self.1, self.2
-                ),
+                )),
             );
         }
     }
