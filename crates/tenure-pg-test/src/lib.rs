@@ -322,6 +322,40 @@ impl Drop for PrefixGuard {
     }
 }
 
+/// Runs `sql` ([`serialized`]) on the server at `url` when dropped, even while a test panics:
+/// the cleanup of roles and schemas a test created.
+#[derive(Debug)]
+pub struct DropGuard {
+    url: String,
+    sql: String,
+}
+
+impl DropGuard {
+    /// A guard that will run `sql` on `url`.
+    pub fn new(url: impl Into<String>, sql: impl Into<String>) -> Self {
+        DropGuard {
+            url: url.into(),
+            sql: sql.into(),
+        }
+    }
+
+    /// A guard that drops `role` and everything it owns or was granted.
+    pub fn role(url: impl Into<String>, role: &str) -> Self {
+        DropGuard::new(
+            url,
+            format!("DROP OWNED BY {role}; DROP ROLE IF EXISTS {role}"),
+        )
+    }
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if let Err(err) = execute_detached(&self.url, &serialized(&self.sql)) {
+            eprintln!("tenure-pg-test: cleanup failed: {err}");
+        }
+    }
+}
+
 /// `sql` (one or more statements) as one transaction that first takes a lock shared by every
 /// test: for role and privilege changes, which PostgreSQL cannot run concurrently on one
 /// object (two `GRANT ... ON SCHEMA public` at once fail with "tuple concurrently updated").

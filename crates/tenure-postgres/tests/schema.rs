@@ -343,19 +343,7 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
         )))
         .await
         .unwrap();
-    struct DropRole(String, String);
-    impl Drop for DropRole {
-        fn drop(&mut self) {
-            let _ = tenure_pg_test::execute_detached(
-                &self.0,
-                &tenure_pg_test::serialized(&format!(
-                    "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
-                    self.1
-                )),
-            );
-        }
-    }
-    let _drop_role = DropRole(server().url.clone(), role.clone());
+    let _drop_role = tenure_pg_test::DropGuard::role(server().url.clone(), &role);
     let role_url = role_url(&role);
 
     for mode in [SchemaMode::Validate, SchemaMode::None] {
@@ -503,19 +491,7 @@ async fn no_tracing_event_shows_a_password() {
         )))
         .await
         .unwrap();
-    struct DropRole(String, String);
-    impl Drop for DropRole {
-        fn drop(&mut self) {
-            let _ = tenure_pg_test::execute_detached(
-                &self.0,
-                &tenure_pg_test::serialized(&format!(
-                    "DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
-                    self.1
-                )),
-            );
-        }
-    }
-    let _drop_role = DropRole(server().url.clone(), role.clone());
+    let _drop_role = tenure_pg_test::DropGuard::role(server().url.clone(), &role);
     let good_url = role_url_with_password(&role, secret);
 
     let captured = Captured::default();
@@ -613,20 +589,12 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
         )))
         .await
         .unwrap();
-    struct Cleanup(String, String, String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = tenure_pg_test::execute_detached(
-                &self.0,
-                &tenure_pg_test::serialized(&format!(
-                    "DROP SCHEMA IF EXISTS {0} CASCADE; DROP OWNED BY {1}; \
-                     DROP ROLE IF EXISTS {1}",
-                    self.1, self.2
-                )),
-            );
-        }
-    }
-    let _cleanup = Cleanup(server().url.clone(), schema.clone(), role.clone());
+    let _cleanup = tenure_pg_test::DropGuard::new(
+        server().url.clone(),
+        format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; DROP OWNED BY {role}; DROP ROLE IF EXISTS {role}"
+        ),
+    );
 
     let err = PostgresEventStorage::builder()
         .url(role_url(&role))
