@@ -18,14 +18,21 @@
 
 -- One row per lease: its holder (or last holder), the fencing token of the current (or last)
 -- tenure, and the storage-clock instants of its acquisition and last heartbeat.
+--
+-- `has_contenders` is bookkeeping, not part of the lease: it is false only when the lease is
+-- known to have no row in `{{prefix}}lease_contenders`, so that a holder's renewal, the common
+-- call, need not read that table at all. Only a standing-by contender adds a row, and it sets the
+-- flag in the same transaction; a call that reads the registrations and finds no live one but
+-- the caller's clears it. `true` is always safe (it only sends the next renewal the long way).
 CREATE TABLE IF NOT EXISTS {{prefix}}leases (
-    lease_name    text COLLATE "C" NOT NULL,
-    owner         text COLLATE "C" NOT NULL,
-    priority      bigint           NOT NULL,
-    fencing_token bigint           NOT NULL,
-    acquired_at   timestamptz      NOT NULL,
-    heartbeat_at  timestamptz      NOT NULL,
-    ttl_micros    bigint           NOT NULL,
+    lease_name     text COLLATE "C" NOT NULL,
+    owner          text COLLATE "C" NOT NULL,
+    priority       bigint           NOT NULL,
+    fencing_token  bigint           NOT NULL,
+    acquired_at    timestamptz      NOT NULL,
+    heartbeat_at   timestamptz      NOT NULL,
+    ttl_micros     bigint           NOT NULL,
+    has_contenders boolean          NOT NULL DEFAULT true,
     CONSTRAINT {{prefix}}leases_pkey PRIMARY KEY (lease_name)
 ) WITH (fillfactor = 50);
 

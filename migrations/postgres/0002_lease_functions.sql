@@ -40,10 +40,11 @@ LANGUAGE plpgsql
 VOLATILE
 AS $fn$
 DECLARE
-    v_now    timestamptz;
-    v_lease  record;
-    v_locked boolean;
-    v_flags  integer;
+    v_now            timestamptz;
+    v_lease          record;
+    v_locked         boolean;
+    v_has_contenders boolean;
+    v_flags          integer;
 BEGIN
     -- The lock, then the clock: two plain assignments (cheaper than PERFORM), each its own
     -- statement, both before anything is read.
@@ -51,82 +52,80 @@ BEGIN
                 IS NULL;
     v_now := coalesce(p_now, clock_timestamp());
 
-    -- The registrations, as they were before this call, are summed up as bits (`flags`):
+    -- Rule 3, renewal: the caller holds the live lease. The common call, in one statement that
+    -- touches the lease row alone and fills in the whole answer; when the lease has no
+    -- registrations (`has_contenders` is false), it is the whole call. (Every PL/pgSQL
+    -- statement on this path costs: each expression is compiled anew in every transaction.)
+    UPDATE {{prefix}}leases l
+       SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+     WHERE l.lease_name = p_lease_name
+       AND l.owner = p_owner
+       AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'
+    RETURNING 'leader', 'renewed', l.owner, l.priority, l.fencing_token, l.acquired_at,
+              l.heartbeat_at, l.ttl_micros, v_now, l.has_contenders
+         INTO o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
+              o_heartbeat_at, o_ttl_micros, o_now, v_has_contenders;
+    IF FOUND AND NOT v_has_contenders THEN
+        RETURN;
+    END IF;
+    v_flags := 0;
+    IF NOT FOUND THEN
+        -- Every other case: no record, someone else's live lease, or an expired one.
+        o_now := v_now;
+        SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros,
+               l.has_contenders
+          INTO v_lease
+          FROM {{prefix}}leases l
+         WHERE l.lease_name = p_lease_name;
+        IF NOT FOUND THEN
+            -- Rule 2: no record yet.
+            o_transition := 'created';
+            o_fencing_token := 1;
+            v_has_contenders := true; -- nothing to go by: look
+        ELSE
+            v_has_contenders := v_lease.has_contenders;
+            IF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
+                -- Rule 4: someone else holds it (the caller's own live lease was renewed above).
+                o_transition := 'standby';
+            ELSE
+                -- Rule 3, second half (the last holder comes back) or rule 5 (takeover).
+                IF v_lease.fencing_token >= 9223372036854775807 THEN
+                    RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
+                        USING ERRCODE = 'TN001';
+                END IF;
+                o_fencing_token := v_lease.fencing_token + 1;
+                IF v_lease.owner = p_owner THEN
+                    o_transition := 'reacquired';
+                ELSE
+                    o_transition := 'taken_over';
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+
+    -- The registrations, as they were before this call, summed up as bits (`flags`):
     --   1  another contender, live, with a priority above p_priority (rule 6: a holder is the
     --      caller with the caller's priority, so "a live contender other than the holder with
     --      a strictly higher priority than the holder's" is exactly this);
     --   2  another contender that is no longer live (rule 7: to prune);
     --   4  a row of the caller's own (to remove when the caller holds the lease: the holder's
     --      registration is the lease record itself, with its priority, ttl, and heartbeat as
-    --      last_seen, which is exactly what its last request registered).
-
-    -- Rule 3, renewal: the caller holds the live lease. The common case, in one statement.
-    UPDATE {{prefix}}leases l
-       SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
-      FROM (SELECT coalesce(bit_or(
-                     CASE WHEN c.owner = p_owner THEN 4
-                          WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now
-                               THEN 2
-                          WHEN c.priority > p_priority THEN 1
-                          ELSE 0 END), 0) AS flags
-              FROM {{prefix}}lease_contenders c
-             WHERE c.lease_name = p_lease_name) AS r
-     WHERE l.lease_name = p_lease_name
-       AND l.owner = p_owner
-       AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'
-    RETURNING CASE WHEN r.flags & 1 <> 0 THEN 'leader_step_down_requested' ELSE 'leader' END,
-              'renewed', l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at,
-              l.ttl_micros, v_now, r.flags
-         INTO o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
-              o_heartbeat_at, o_ttl_micros, o_now, v_flags;
-    IF FOUND THEN
-        IF v_flags >= 2 THEN
-            DELETE FROM {{prefix}}lease_contenders c
-             WHERE c.lease_name = p_lease_name
-               AND (c.owner = p_owner
-                    OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
-        END IF;
-        RETURN;
+    --      last_seen, which is exactly what its last request registered);
+    --   8  another contender, live (whatever its priority: it keeps `has_contenders` true).
+    IF v_has_contenders THEN
+        SELECT coalesce(bit_or(
+                 CASE WHEN c.owner = p_owner THEN 4
+                      WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now THEN 2
+                      WHEN c.priority > p_priority THEN 9
+                      ELSE 8 END), 0)
+          INTO v_flags
+          FROM {{prefix}}lease_contenders c
+         WHERE c.lease_name = p_lease_name;
     END IF;
-
-    -- Every other case: no record, someone else's live lease, or an expired one.
-    o_now := v_now;
-    SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros
-      INTO v_lease
-      FROM {{prefix}}leases l
-     WHERE l.lease_name = p_lease_name;
-    IF NOT FOUND THEN
-        -- Rule 2: no record yet.
-        o_transition := 'created';
-        o_fencing_token := 1;
-    ELSIF v_now < v_lease.heartbeat_at + v_lease.ttl_micros * interval '1 microsecond' THEN
-        -- Rule 4: someone else holds it (the caller's own live lease was renewed above).
-        o_transition := 'standby';
-    ELSE
-        -- Rule 3, second half (the last holder comes back) or rule 5 (takeover).
-        IF v_lease.fencing_token >= 9223372036854775807 THEN
-            RAISE EXCEPTION 'fencing tokens of lease % are exhausted', p_lease_name
-                USING ERRCODE = 'TN001';
-        END IF;
-        o_fencing_token := v_lease.fencing_token + 1;
-        IF v_lease.owner = p_owner THEN
-            o_transition := 'reacquired';
-        ELSE
-            o_transition := 'taken_over';
-        END IF;
-    END IF;
-
-    SELECT coalesce(bit_or(
-             CASE WHEN c.owner = p_owner THEN 4
-                  WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now THEN 2
-                  WHEN c.priority > p_priority THEN 1
-                  ELSE 0 END), 0)
-      INTO v_flags
-      FROM {{prefix}}lease_contenders c
-     WHERE c.lease_name = p_lease_name;
 
     IF o_transition = 'standby' THEN
-        -- Rule 1 for a contender that stands by: its row, then rule 7.
+        -- Rule 1 for a contender that stands by: its row (and the flag that says rows exist),
+        -- then rule 7.
         INSERT INTO {{prefix}}lease_contenders AS c
                (lease_name, owner, priority, last_seen, ttl_micros)
         VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
@@ -134,6 +133,9 @@ BEGIN
            SET priority = excluded.priority,
                last_seen = excluded.last_seen,
                ttl_micros = excluded.ttl_micros;
+        IF NOT v_has_contenders THEN
+            UPDATE {{prefix}}leases SET has_contenders = true WHERE lease_name = p_lease_name;
+        END IF;
         IF v_flags & 2 <> 0 THEN
             DELETE FROM {{prefix}}lease_contenders c
              WHERE c.lease_name = p_lease_name
@@ -150,14 +152,28 @@ BEGIN
         RETURN;
     END IF;
 
-    -- A new tenure. Rule 1 for the holder is the record itself; rule 7 prunes, and the
-    -- caller's own row, if any, goes.
-    IF v_flags >= 2 THEN
+    -- The caller holds the lease. Rule 1 for the holder is the record itself; rule 7 prunes,
+    -- and the caller's own row, if any, goes. What is left are the live rows of others (bit 8).
+    IF v_flags & 6 <> 0 THEN
         DELETE FROM {{prefix}}lease_contenders c
          WHERE c.lease_name = p_lease_name
            AND (c.owner = p_owner
                 OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
     END IF;
+    IF v_flags & 1 <> 0 THEN
+        o_status := 'leader_step_down_requested';
+    ELSE
+        o_status := 'leader';
+    END IF;
+    IF o_transition = 'renewed' THEN
+        -- The record was written above; only the flag may have to follow.
+        IF v_flags & 8 = 0 THEN
+            UPDATE {{prefix}}leases SET has_contenders = false WHERE lease_name = p_lease_name;
+        END IF;
+        RETURN;
+    END IF;
+
+    -- A new tenure.
     o_owner := p_owner;
     o_priority := p_priority;
     o_acquired_at := v_now;
@@ -165,18 +181,16 @@ BEGIN
     o_ttl_micros := p_ttl_micros;
     IF o_transition = 'created' THEN
         INSERT INTO {{prefix}}leases
-               (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros)
-        VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros);
+               (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros,
+                has_contenders)
+        VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros,
+                v_flags & 8 <> 0);
     ELSE
         UPDATE {{prefix}}leases
            SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
-               acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros
+               acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros,
+               has_contenders = v_flags & 8 <> 0
          WHERE lease_name = p_lease_name;
-    END IF;
-    IF v_flags & 1 <> 0 THEN
-        o_status := 'leader_step_down_requested';
-    ELSE
-        o_status := 'leader';
     END IF;
 END
 $fn$;

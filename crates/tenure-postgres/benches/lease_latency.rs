@@ -7,8 +7,9 @@
 //! * **floor**: a single-row `UPDATE` in autocommit (prepared), over 1,000 rows;
 //! * **renewal**: `request_lease` renewing one of 1,000 held leases (the shipped adapter:
 //!   one call of the PL/pgSQL function);
-//! * **pipelined**: for the record, the alternative design that decides in Rust with the
-//!   domain's state machine: `BEGIN` + lock + reads in one flight, writes + `COMMIT` in a second.
+//! * **renewal with standbys**: for the record (no target), the same renewal of one of 1,000
+//!   other leases that each have two live standby contenders, the shape of a deployment with
+//!   three replicas: the renewal then also reads the lease's registrations.
 //!
 //! Latency: one caller, the sides interleaved in rounds, median and p90/p99 per side.
 //! Throughput: 8 concurrent callers over the 1,000 rows/leases, the sides interleaved.
@@ -16,7 +17,7 @@
 //! renewal throughput ≥ 0.8 × floor). It creates its own prefix and drops it afterwards.
 //!
 //! Settings: `TENURE_BENCH_SAMPLES` (latency samples per side, default 3000),
-//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 6).
+//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 12).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,13 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tenure_pg_test::PrefixGuard;
-use tenure_ports::domain::{self, RecordWrite};
-use tenure_ports::{
-    Contender, EventStorage, FencingToken, Lease, LeaseName, LeaseRequest, Owner, Timestamp,
-};
+use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::PostgresEventStorage;
 use tenure_postgres::deadpool_postgres::Pool;
-use tenure_postgres::deadpool_postgres::tokio_postgres::types::ToSql;
 
 const ROWS: usize = 1000;
 const CALLERS: usize = 8;
@@ -41,17 +38,17 @@ const TTL: Duration = Duration::from_secs(600);
 enum Side {
     Floor,
     Renewal,
-    Pipelined,
+    RenewalWithStandbys,
 }
 
 impl Side {
-    const ALL: [Side; 3] = [Side::Floor, Side::Renewal, Side::Pipelined];
+    const ALL: [Side; 3] = [Side::Floor, Side::Renewal, Side::RenewalWithStandbys];
 
     fn label(self) -> &'static str {
         match self {
             Side::Floor => "single-row UPDATE (floor)",
-            Side::Renewal => "renewal, shipped adapter",
-            Side::Pipelined => "renewal, Rust decision, pipelined",
+            Side::Renewal => "renewal",
+            Side::RenewalWithStandbys => "renewal, 2 live standbys",
         }
     }
 }
@@ -75,123 +72,18 @@ impl Bench {
                 let id = i32::try_from(i % ROWS).unwrap();
                 assert_eq!(client.execute(&statement, &[&id]).await.unwrap(), 1);
             }
-            Side::Renewal => {
-                let request = LeaseRequest::new(lease_name(i), "bench", 0, TTL);
+            Side::Renewal | Side::RenewalWithStandbys => {
+                let name = if side == Side::Renewal {
+                    format!("bench-{}", i % ROWS)
+                } else {
+                    format!("busy-{}", i % ROWS)
+                };
+                let request = LeaseRequest::new(name, "bench", 0, TTL);
                 let response = self.storage.request_lease(&request).await.unwrap();
-                assert!(response.status.holds_lease());
+                assert_eq!(response.status, LeaseStatus::Leader);
             }
-            Side::Pipelined => self.pipelined(i).await,
         }
     }
-
-    /// The design not taken: read under the lock, decide in Rust, write; two flights.
-    async fn pipelined(&self, i: usize) {
-        let p = &self.prefix;
-        let client = self.pool.get().await.unwrap();
-        let lock = client
-            .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .await
-            .unwrap();
-        let read_lease = client
-            .prepare_cached(&format!(
-                "SELECT clock_timestamp(), l.owner, l.priority, l.fencing_token, l.acquired_at, \
-                        l.heartbeat_at, l.ttl_micros \
-                   FROM (SELECT) one LEFT JOIN {p}leases l ON l.lease_name = $1"
-            ))
-            .await
-            .unwrap();
-        let read_contenders = client
-            .prepare_cached(&format!(
-                "SELECT owner, priority, last_seen, ttl_micros FROM {p}lease_contenders \
-                  WHERE lease_name = $1"
-            ))
-            .await
-            .unwrap();
-        // Leases of its own: it keeps the holder's registration as a row, the adapter does not.
-        let name = format!("pipe-{}", i % ROWS);
-        let key = format!("{p}leases:{name}");
-        // Flight 1: BEGIN, lock, reads (each its own statement, so the reads see post-lock data).
-        let key_params: [&(dyn ToSql + Sync); 1] = [&key];
-        let name_params: [&(dyn ToSql + Sync); 1] = [&name];
-        let (_, _, lease_row, contender_rows) = tokio::try_join!(
-            client.batch_execute("BEGIN"),
-            client.query_one(&lock, &key_params),
-            client.query_one(&read_lease, &name_params),
-            client.query(&read_contenders, &name_params),
-        )
-        .unwrap();
-        let lease_name = LeaseName::new(name.as_str()).unwrap();
-        let now = Timestamp::from_system_time(lease_row.get(0)).unwrap();
-        let record = lease_row.get::<_, Option<String>>(1).map(|owner| Lease {
-            lease_name: lease_name.clone(),
-            owner: Owner::new(owner).unwrap(),
-            priority: lease_row.get(2),
-            fencing_token: FencingToken::new(lease_row.get::<_, i64>(3) as u64).unwrap(),
-            acquired_at: Timestamp::from_system_time(lease_row.get(4)).unwrap(),
-            heartbeat_at: Timestamp::from_system_time(lease_row.get(5)).unwrap(),
-            ttl: Duration::from_micros(lease_row.get::<_, i64>(6) as u64),
-        });
-        let contenders: Vec<Contender> = contender_rows
-            .iter()
-            .map(|r| Contender {
-                lease_name: lease_name.clone(),
-                owner: Owner::new(r.get::<_, String>(0)).unwrap(),
-                priority: r.get(1),
-                last_seen: Timestamp::from_system_time(r.get(2)).unwrap(),
-                ttl: Duration::from_micros(r.get::<_, i64>(3) as u64),
-            })
-            .collect();
-        let request = LeaseRequest::new(name.as_str(), "bench", 0, TTL)
-            .validate()
-            .unwrap();
-        let outcome = domain::decide_request(record.as_ref(), &contenders, &request, now).unwrap();
-        assert_eq!(outcome.transition.record_write(), RecordWrite::Update);
-        let l = &outcome.response.lease;
-        let upsert = client
-            .prepare_cached(&format!(
-                "INSERT INTO {p}lease_contenders (lease_name, owner, priority, last_seen, ttl_micros) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (lease_name, owner) DO UPDATE \
-                 SET priority = excluded.priority, last_seen = excluded.last_seen, \
-                     ttl_micros = excluded.ttl_micros"
-            ))
-            .await
-            .unwrap();
-        let update = client
-            .prepare_cached(&format!(
-                "UPDATE {p}leases SET owner = $2, priority = $3, fencing_token = $4, \
-                        acquired_at = $5, heartbeat_at = $6, ttl_micros = $7 WHERE lease_name = $1"
-            ))
-            .await
-            .unwrap();
-        let ttl = l.ttl.as_micros() as i64;
-        let (acquired, heartbeat) = (
-            l.acquired_at.to_system_time(),
-            l.heartbeat_at.to_system_time(),
-        );
-        // Flight 2: writes and COMMIT (no prune: nothing to prune in this workload).
-        let token = l.fencing_token.get_i64();
-        let owner = l.owner.as_str();
-        let upsert_params: [&(dyn ToSql + Sync); 5] = [&name, &"bench", &0i64, &heartbeat, &ttl];
-        let update_params: [&(dyn ToSql + Sync); 7] = [
-            &name,
-            &owner,
-            &l.priority,
-            &token,
-            &acquired,
-            &heartbeat,
-            &ttl,
-        ];
-        tokio::try_join!(
-            client.execute(&upsert, &upsert_params),
-            client.execute(&update, &update_params),
-            client.batch_execute("COMMIT"),
-        )
-        .unwrap();
-    }
-}
-
-fn lease_name(i: usize) -> String {
-    format!("bench-{}", i % ROWS)
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -242,8 +134,10 @@ fn main() {
                  INSERT INTO {prefix}bench_rows SELECT g, 0 FROM generate_series(0, {}) g; \
                  SELECT {prefix}request_lease_v1('bench-' || g, 'bench', 0, {}) \
                    FROM generate_series(0, {}) g; \
-                 SELECT {prefix}request_lease_v1('pipe-' || g, 'bench', 0, {}) \
-                   FROM generate_series(0, {}) g;",
+                 SELECT {prefix}request_lease_v1('busy-' || g, o, 0, {}) \
+                   FROM generate_series(0, {}) g, \
+                        unnest(ARRAY['bench', 'standby-1', 'standby-2']) WITH ORDINALITY AS s(o, n) \
+                  ORDER BY g, n;",
                 ROWS - 1,
                 TTL.as_micros(),
                 ROWS - 1,
@@ -310,7 +204,7 @@ fn main() {
         }
 
         // Throughput: CALLERS concurrent callers, sides interleaved in slices of 2 s.
-        let seconds = env_number("TENURE_BENCH_SECONDS", 6);
+        let seconds = env_number("TENURE_BENCH_SECONDS", 12);
         let mut counts = [0u64; 3];
         let mut spent = [Duration::ZERO; 3];
         for _ in 0..seconds.div_ceil(2) {
@@ -374,7 +268,7 @@ fn main() {
             verdict(rate_ratio >= 0.8)
         );
         println!(
-            "pipelined (design not taken)        = {:.2}x latency, {:.2}x throughput",
+            "with 2 standbys (no target)         = {:.2}x latency, {:.2}x throughput",
             medians[2].as_secs_f64() / medians[0].as_secs_f64(),
             rates[2] / rates[0]
         );

@@ -90,6 +90,7 @@ const TABLES: &[Expected] = &[
             ("acquired_at", "timestamp with time zone"),
             ("heartbeat_at", "timestamp with time zone"),
             ("ttl_micros", "bigint"),
+            ("has_contenders", "boolean"),
         ],
     },
     Expected {

@@ -67,8 +67,9 @@ struct Harness {
 }
 
 impl Harness {
-    /// Reads what the server stores for `lease`: the record and every registration.
-    fn stored(&self, lease: &str) -> (Option<Lease>, Vec<Contender>) {
+    /// Reads what the server stores for `lease`: the record, every registration, and the
+    /// record's `has_contenders` flag.
+    fn stored(&self, lease: &str) -> (Option<Lease>, Vec<Contender>, Option<bool>) {
         self.runtime.block_on(async {
             let name = LeaseName::new(lease).unwrap();
             let p = &self.prefix;
@@ -77,24 +78,25 @@ impl Harness {
                 .query_opt(
                     &format!(
                         "SELECT owner, priority, fencing_token, acquired_at, heartbeat_at, \
-                                ttl_micros FROM {p}leases WHERE lease_name = $1"
+                                ttl_micros, has_contenders FROM {p}leases WHERE lease_name = $1"
                     ),
                     &[&lease],
                 )
                 .await
-                .unwrap()
-                .map(|row| Lease {
-                    lease_name: name.clone(),
-                    owner: Owner::new(row.get::<_, String>(0)).unwrap(),
-                    priority: row.get(1),
-                    fencing_token: tenure_ports::FencingToken::new(
-                        u64::try_from(row.get::<_, i64>(2)).unwrap(),
-                    )
-                    .unwrap(),
-                    acquired_at: Timestamp::from_system_time(row.get(3)).unwrap(),
-                    heartbeat_at: Timestamp::from_system_time(row.get(4)).unwrap(),
-                    ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(5)).unwrap()),
-                });
+                .unwrap();
+            let flag = record.as_ref().map(|row| row.get::<_, bool>(6));
+            let record = record.map(|row| Lease {
+                lease_name: name.clone(),
+                owner: Owner::new(row.get::<_, String>(0)).unwrap(),
+                priority: row.get(1),
+                fencing_token: tenure_ports::FencingToken::new(
+                    u64::try_from(row.get::<_, i64>(2)).unwrap(),
+                )
+                .unwrap(),
+                acquired_at: Timestamp::from_system_time(row.get(3)).unwrap(),
+                heartbeat_at: Timestamp::from_system_time(row.get(4)).unwrap(),
+                ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(5)).unwrap()),
+            });
             let contenders = self
                 .admin
                 .query(
@@ -115,7 +117,7 @@ impl Harness {
                     ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(3)).unwrap()),
                 })
                 .collect();
-            (record, contenders)
+            (record, contenders, flag)
         })
     }
 
@@ -189,7 +191,15 @@ impl Harness {
                 }
             }
             model.contenders.sort_by(|a, b| a.owner.cmp(&b.owner));
-            let (record, rows) = self.stored(lease);
+            let (record, rows, has_contenders) = self.stored(lease);
+            // The renewal's shortcut: a record that says it has no registrations has none.
+            prop_assert!(
+                has_contenders != Some(false) || rows.is_empty(),
+                "has_contenders is false with rows {:?} after step {}: {:?}",
+                rows,
+                step,
+                op
+            );
             prop_assert_eq!(
                 &record,
                 &model.record,
