@@ -21,21 +21,33 @@
 -- clock is read with clock_timestamp() after the lock, so that a call that waited on the lock
 -- decides with the time at which it decides. That one instant is written everywhere.
 
+-- The answer of request_lease_v1. A named type rather than OUT parameters: PostgreSQL builds the
+-- row type of a function with OUT parameters from the catalogs at every call (twice: for the
+-- caller's scan and for PL/pgSQL's result), and takes a named type from its type cache, which
+-- was about 4 % of a renewal's throughput (measured). CREATE TYPE has no IF NOT EXISTS.
+DO $do$
+BEGIN
+    CREATE TYPE {{prefix}}lease_outcome_v1 AS (
+        o_status        text,
+        o_transition    text,
+        o_owner         text,
+        o_priority      bigint,
+        o_fencing_token bigint,
+        o_acquired_at   timestamptz,
+        o_heartbeat_at  timestamptz,
+        o_ttl_micros    bigint);
+EXCEPTION WHEN duplicate_object THEN
+    NULL;
+END
+$do$;
+
 CREATE OR REPLACE FUNCTION {{prefix}}request_lease_v1(
     p_lease_name        text,
     p_owner             text,
     p_priority          bigint,
     p_ttl_micros        bigint,
-    p_now               timestamptz DEFAULT NULL,
-    OUT o_status        text,
-    OUT o_transition    text,
-    OUT o_owner         text,
-    OUT o_priority      bigint,
-    OUT o_fencing_token bigint,
-    OUT o_acquired_at   timestamptz,
-    OUT o_heartbeat_at  timestamptz,
-    OUT o_ttl_micros    bigint,
-    OUT o_now           timestamptz)
+    p_now               timestamptz DEFAULT NULL)
+RETURNS {{prefix}}lease_outcome_v1
 LANGUAGE plpgsql
 VOLATILE
 AS $fn$
@@ -45,6 +57,15 @@ DECLARE
     v_locked         boolean;
     v_has_contenders boolean;
     v_flags          integer;
+    -- The answer, field by field.
+    o_status         text;
+    o_transition     text;
+    o_owner          text;
+    o_priority       bigint;
+    o_fencing_token  bigint;
+    o_acquired_at    timestamptz;
+    o_heartbeat_at   timestamptz;
+    o_ttl_micros     bigint;
 BEGIN
     -- The lock, then the clock: two plain assignments (cheaper than PERFORM), each its own
     -- statement, both before anything is read.
@@ -54,24 +75,24 @@ BEGIN
 
     -- Rule 3, renewal: the caller holds the live lease. The common call, in one statement that
     -- touches the lease row alone and fills in the whole answer; when the lease has no
-    -- registrations (`has_contenders` is false), it is the whole call. (Every PL/pgSQL
-    -- statement on this path costs: each expression is compiled anew in every transaction.)
+    -- registrations (`has_contenders` is false), it is the whole call.
     UPDATE {{prefix}}leases l
        SET priority = p_priority, heartbeat_at = v_now, ttl_micros = p_ttl_micros
      WHERE l.lease_name = p_lease_name
        AND l.owner = p_owner
        AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'
     RETURNING 'leader', 'renewed', l.owner, l.priority, l.fencing_token, l.acquired_at,
-              l.heartbeat_at, l.ttl_micros, v_now, l.has_contenders
+              l.heartbeat_at, l.ttl_micros, l.has_contenders
          INTO o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
-              o_heartbeat_at, o_ttl_micros, o_now, v_has_contenders;
+              o_heartbeat_at, o_ttl_micros, v_has_contenders;
     IF FOUND AND NOT v_has_contenders THEN
-        RETURN;
+        RETURN ROW(o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
+                   o_heartbeat_at, o_ttl_micros)::{{prefix}}lease_outcome_v1;
     END IF;
+
     v_flags := 0;
     IF NOT FOUND THEN
         -- Every other case: no record, someone else's live lease, or an expired one.
-        o_now := v_now;
         SELECT l.owner, l.priority, l.fencing_token, l.acquired_at, l.heartbeat_at, l.ttl_micros,
                l.has_contenders
           INTO v_lease
@@ -149,49 +170,51 @@ BEGIN
         o_acquired_at := v_lease.acquired_at;
         o_heartbeat_at := v_lease.heartbeat_at;
         o_ttl_micros := v_lease.ttl_micros;
-        RETURN;
-    END IF;
-
-    -- The caller holds the lease. Rule 1 for the holder is the record itself; rule 7 prunes,
-    -- and the caller's own row, if any, goes. What is left are the live rows of others (bit 8).
-    IF v_flags & 6 <> 0 THEN
-        DELETE FROM {{prefix}}lease_contenders c
-         WHERE c.lease_name = p_lease_name
-           AND (c.owner = p_owner
-                OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
-    END IF;
-    IF v_flags & 1 <> 0 THEN
-        o_status := 'leader_step_down_requested';
     ELSE
-        o_status := 'leader';
-    END IF;
-    IF o_transition = 'renewed' THEN
-        -- The record was written above; only the flag may have to follow.
-        IF v_flags & 8 = 0 THEN
-            UPDATE {{prefix}}leases SET has_contenders = false WHERE lease_name = p_lease_name;
+        -- The caller holds the lease. Rule 1 for the holder is the record itself; rule 7
+        -- prunes, and the caller's own row, if any, goes. What is left are the live rows of
+        -- others (bit 8).
+        IF v_flags & 6 <> 0 THEN
+            DELETE FROM {{prefix}}lease_contenders c
+             WHERE c.lease_name = p_lease_name
+               AND (c.owner = p_owner
+                    OR c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now);
         END IF;
-        RETURN;
+        IF v_flags & 1 <> 0 THEN
+            o_status := 'leader_step_down_requested';
+        ELSE
+            o_status := 'leader';
+        END IF;
+        IF o_transition = 'renewed' THEN
+            -- The record was written above; only the flag may have to follow.
+            IF v_flags & 8 = 0 THEN
+                UPDATE {{prefix}}leases SET has_contenders = false
+                 WHERE lease_name = p_lease_name;
+            END IF;
+        ELSE
+            -- A new tenure.
+            o_owner := p_owner;
+            o_priority := p_priority;
+            o_acquired_at := v_now;
+            o_heartbeat_at := v_now;
+            o_ttl_micros := p_ttl_micros;
+            IF o_transition = 'created' THEN
+                INSERT INTO {{prefix}}leases
+                       (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at,
+                        ttl_micros, has_contenders)
+                VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros,
+                        v_flags & 8 <> 0);
+            ELSE
+                UPDATE {{prefix}}leases
+                   SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
+                       acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros,
+                       has_contenders = v_flags & 8 <> 0
+                 WHERE lease_name = p_lease_name;
+            END IF;
+        END IF;
     END IF;
-
-    -- A new tenure.
-    o_owner := p_owner;
-    o_priority := p_priority;
-    o_acquired_at := v_now;
-    o_heartbeat_at := v_now;
-    o_ttl_micros := p_ttl_micros;
-    IF o_transition = 'created' THEN
-        INSERT INTO {{prefix}}leases
-               (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl_micros,
-                has_contenders)
-        VALUES (p_lease_name, p_owner, p_priority, 1, v_now, v_now, p_ttl_micros,
-                v_flags & 8 <> 0);
-    ELSE
-        UPDATE {{prefix}}leases
-           SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
-               acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros,
-               has_contenders = v_flags & 8 <> 0
-         WHERE lease_name = p_lease_name;
-    END IF;
+    RETURN ROW(o_status, o_transition, o_owner, o_priority, o_fencing_token, o_acquired_at,
+               o_heartbeat_at, o_ttl_micros)::{{prefix}}lease_outcome_v1;
 END
 $fn$;
 

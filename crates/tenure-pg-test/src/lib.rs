@@ -241,7 +241,8 @@ pub fn unique_prefix() -> String {
     format!("{}_", unique_name("t"))
 }
 
-/// Drops every table and function in the current schema whose name starts with `prefix`.
+/// Drops every table, function and composite type in the current schema whose name starts with
+/// `prefix`.
 /// `prefix` must be `[a-z0-9_]+` (as [`unique_prefix`] makes them).
 pub async fn drop_prefix(client: &Client, prefix: &str) -> Result<(), String> {
     if prefix.is_empty()
@@ -260,7 +261,13 @@ pub async fn drop_prefix(client: &Client, prefix: &str) -> Result<(), String> {
              UNION ALL \
              SELECT 'DROP FUNCTION IF EXISTS ' || p.oid::regprocedure::text \
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-              WHERE n.nspname = current_schema() AND left(p.proname, length($1)) = $1",
+              WHERE n.nspname = current_schema() AND left(p.proname, length($1)) = $1 \
+             UNION ALL \
+             SELECT 'DROP TYPE IF EXISTS ' || quote_ident(t.typname) || ' CASCADE' \
+               FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
+                    JOIN pg_class c ON c.oid = t.typrelid \
+              WHERE n.nspname = current_schema() AND c.relkind = 'c' \
+                AND left(t.typname, length($1)) = $1",
             &[&prefix],
         )
         .await

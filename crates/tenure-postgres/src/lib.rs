@@ -58,6 +58,7 @@
 #![deny(missing_docs)]
 
 mod builder;
+mod composite;
 mod error;
 mod events;
 mod ops;

@@ -13,6 +13,7 @@ use tenure_ports::{
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
+use crate::composite::Composite;
 use crate::prefix::TablePrefix;
 
 /// The statements of one storage, with its prefix in place.
@@ -25,17 +26,13 @@ pub(crate) struct Statements {
     pub(crate) contenders: String,
 }
 
-const REQUEST_COLUMNS: &str = "o_status, o_transition, o_owner, o_priority, o_fencing_token, \
-                               o_acquired_at, o_heartbeat_at, o_ttl_micros";
-
 impl Statements {
     pub(crate) fn new(prefix: &TablePrefix) -> Self {
         let p = prefix.as_str();
         Statements {
-            request: format!("SELECT {REQUEST_COLUMNS} FROM {p}request_lease_v1($1, $2, $3, $4)"),
-            request_at: format!(
-                "SELECT {REQUEST_COLUMNS} FROM {p}request_lease_v1($1, $2, $3, $4, $5)"
-            ),
+            // Called as a scalar: one column, a `<prefix>lease_outcome_v1` (see `composite`).
+            request: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)"),
+            request_at: format!("SELECT {p}request_lease_v1($1, $2, $3, $4, $5)"),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)"),
             release_at: format!("SELECT o_released FROM {p}release_lease_v1($1, $2, $3)"),
             // One statement, so that `now()` is the instant of the statement's snapshot; the
@@ -71,9 +68,29 @@ pub(crate) fn get<'a, T: FromSql<'a>>(
     idx: usize,
     name: &str,
 ) -> Result<T, EventStorageError> {
-    row.try_get(idx).map_err(|e| {
-        EventStorageError::corrupt_with(format!("unexpected value in column {name}"), e)
-    })
+    row.column(idx, name)
+}
+
+/// A row, or a composite value, whose columns are read by position.
+trait Columns<'a> {
+    /// Column `idx` (named `name` in messages).
+    fn column<T: FromSql<'a>>(self, idx: usize, name: &str) -> Result<T, EventStorageError>;
+}
+
+impl<'a> Columns<'a> for &'a Row {
+    fn column<T: FromSql<'a>>(self, idx: usize, name: &str) -> Result<T, EventStorageError> {
+        self.try_get(idx).map_err(|e| {
+            EventStorageError::corrupt_with(format!("unexpected value in column {name}"), e)
+        })
+    }
+}
+
+impl<'a> Columns<'a> for &Composite<'a> {
+    fn column<T: FromSql<'a>>(self, idx: usize, name: &str) -> Result<T, EventStorageError> {
+        self.field(idx).map_err(|e| {
+            EventStorageError::corrupt(format!("unexpected value in field {name}: {e}"))
+        })
+    }
 }
 
 fn corrupt(message: impl Into<String>) -> EventStorageError {
@@ -105,30 +122,37 @@ fn owner(value: String) -> Result<Owner, EventStorageError> {
 
 /// The columns of a lease record, starting at `at`: owner, priority, fencing_token,
 /// acquired_at, heartbeat_at, ttl_micros.
-fn lease_at(row: &Row, at: usize, lease_name: LeaseName) -> Result<Lease, EventStorageError> {
+fn lease_at<'a>(
+    row: impl Columns<'a> + Copy,
+    at: usize,
+    lease_name: LeaseName,
+) -> Result<Lease, EventStorageError> {
     Ok(Lease {
         lease_name,
-        owner: owner(get(row, at, "owner")?)?,
-        priority: get(row, at + 1, "priority")?,
-        fencing_token: token(get(row, at + 2, "fencing_token")?)?,
-        acquired_at: timestamp(get(row, at + 3, "acquired_at")?, "acquired_at")?,
-        heartbeat_at: timestamp(get(row, at + 4, "heartbeat_at")?, "heartbeat_at")?,
-        ttl: ttl_from_micros(get(row, at + 5, "ttl_micros")?)?,
+        owner: owner(row.column(at, "owner")?)?,
+        priority: row.column(at + 1, "priority")?,
+        fencing_token: token(row.column(at + 2, "fencing_token")?)?,
+        acquired_at: timestamp(row.column(at + 3, "acquired_at")?, "acquired_at")?,
+        heartbeat_at: timestamp(row.column(at + 4, "heartbeat_at")?, "heartbeat_at")?,
+        ttl: ttl_from_micros(row.column(at + 5, "ttl_micros")?)?,
     })
 }
 
-/// The answer of `request_lease_v1`.
+/// The answer of `request_lease_v1`: one `<prefix>lease_outcome_v1` (o_status, o_transition,
+/// then the lease record's columns as [`lease_at`] reads them).
 pub(crate) fn response_from_row(
     lease_name: &LeaseName,
     row: &Row,
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
-    let status = match get::<&str>(row, 0, "o_status")? {
+    let outcome: Composite<'_> = get(row, 0, "request_lease_v1")?;
+    let outcome = &outcome;
+    let status = match outcome.column::<&str>(0, "o_status")? {
         "leader" => LeaseStatus::Leader,
         "leader_step_down_requested" => LeaseStatus::LeaderStepDownRequested,
         "standby" => LeaseStatus::Standby,
         other => return Err(corrupt(format!("unknown lease status {other:?}"))),
     };
-    let transition = match get::<&str>(row, 1, "o_transition")? {
+    let transition = match outcome.column::<&str>(1, "o_transition")? {
         "created" => Transition::Created,
         "renewed" => Transition::Renewed,
         "reacquired" => Transition::Reacquired,
@@ -136,7 +160,7 @@ pub(crate) fn response_from_row(
         "standby" => Transition::Standby,
         other => return Err(corrupt(format!("unknown lease transition {other:?}"))),
     };
-    let lease = lease_at(row, 2, lease_name.clone())?;
+    let lease = lease_at(outcome, 2, lease_name.clone())?;
     Ok((
         transition,
         LeaseResponse {
