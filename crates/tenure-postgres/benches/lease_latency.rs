@@ -16,8 +16,8 @@
 //! It prints the figures and the ratios against the targets (renewal median ≤ 1.3 × floor,
 //! renewal throughput ≥ 0.8 × floor). It creates its own prefix and drops it afterwards.
 //!
-//! Settings: `TENURE_BENCH_SAMPLES` (latency samples per side, default 3000),
-//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 12).
+//! Settings: `TENURE_BENCH_SAMPLES` (latency samples per side, default 5000),
+//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 20).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -188,7 +188,7 @@ fn main() {
         }
 
         // Latency: one caller, sides interleaved in rounds of 100 calls.
-        let samples = env_number("TENURE_BENCH_SAMPLES", 3000) as usize;
+        let samples = env_number("TENURE_BENCH_SAMPLES", 5000) as usize;
         let mut latencies: Vec<Vec<Duration>> =
             (0..3).map(|_| Vec::with_capacity(samples)).collect();
         let mut i = 0;
@@ -204,7 +204,7 @@ fn main() {
         }
 
         // Throughput: CALLERS concurrent callers, sides interleaved in slices of 2 s.
-        let seconds = env_number("TENURE_BENCH_SECONDS", 12);
+        let seconds = env_number("TENURE_BENCH_SECONDS", 20);
         let mut counts = [0u64; 3];
         let mut spent = [Duration::ZERO; 3];
         for _ in 0..seconds.div_ceil(2) {
