@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::{admin, builder, fresh_prefix, fresh_storage, server};
+use tenure_pg_test::PrefixGuard;
 use tenure_ports::{
     AppendRequest, EventQuery, EventStorage, EventStorageError, LeaseRequest, LeaseStatus,
     NewEvent, ReadOptions,
@@ -103,26 +104,35 @@ async fn validate_after_ensure_passes() {
     validated.request_lease(&request("l", "a")).await.unwrap();
 }
 
-#[tokio::test]
-async fn validate_names_wrong_and_missing_columns() {
-    let guard = fresh_prefix();
-    let p = guard.prefix();
+/// Applies the DDL for the guard's prefix, then `damage` (SQL), and returns what `Validate` says.
+async fn validate_after_damage(guard: &PrefixGuard, damage: &str) -> String {
     let client = admin().await;
-    client.batch_execute(&ddl(p).unwrap()).await.unwrap();
     client
-        .batch_execute(&format!(
-            "ALTER TABLE {p}leases ALTER COLUMN priority TYPE integer; \
-             ALTER TABLE {p}lease_contenders DROP COLUMN last_seen; \
-             ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL;"
-        ))
+        .batch_execute(&ddl(guard.prefix()).unwrap())
         .await
         .unwrap();
-    let message = builder(&guard)
+    client.batch_execute(damage).await.unwrap();
+    builder(guard)
         .schema_mode(SchemaMode::Validate)
         .build()
         .await
         .unwrap_err()
-        .to_string();
+        .to_string()
+}
+
+#[tokio::test]
+async fn validate_names_wrong_and_missing_columns() {
+    let guard = fresh_prefix();
+    let p = guard.prefix();
+    let message = validate_after_damage(
+        &guard,
+        &format!(
+            "ALTER TABLE {p}leases ALTER COLUMN priority TYPE integer; \
+             ALTER TABLE {p}lease_contenders DROP COLUMN last_seen; \
+             ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL;"
+        ),
+    )
+    .await;
     for expected in [
         format!("column {p}leases.priority is integer, expected bigint"),
         format!("column {p}lease_contenders.last_seen is missing"),
@@ -136,24 +146,17 @@ async fn validate_names_wrong_and_missing_columns() {
 async fn validate_names_wrong_event_columns_and_missing_indexes() {
     let guard = fresh_prefix();
     let p = guard.prefix();
-    let client = admin().await;
-    client.batch_execute(&ddl(p).unwrap()).await.unwrap();
-    client
-        .batch_execute(&format!(
+    let message = validate_after_damage(
+        &guard,
+        &format!(
             "DROP INDEX {p}events_tags_idx; \
              ALTER TABLE {p}events ALTER COLUMN transaction_id TYPE bigint USING 0; \
              ALTER TABLE {p}events ALTER COLUMN tags TYPE text; \
              ALTER TABLE {p}bookmarks DROP COLUMN placed_at; \
              ALTER TABLE {p}event_keys DROP CONSTRAINT {p}event_keys_pkey;"
-        ))
-        .await
-        .unwrap();
-    let message = builder(&guard)
-        .schema_mode(SchemaMode::Validate)
-        .build()
-        .await
-        .unwrap_err()
-        .to_string();
+        ),
+    )
+    .await;
     for expected in [
         format!("column {p}events.transaction_id is bigint, expected xid8"),
         format!("column {p}events.tags is text, expected text[]"),
