@@ -194,10 +194,7 @@ fn the_demo_tells_the_whole_story_in_order_and_exits_0() {
 
 #[test]
 fn the_demo_tells_the_same_story_on_postgresql() {
-    let server = match tenure_pg_test::server() {
-        Ok(server) => server,
-        Err(message) => panic!("{message}"),
-    };
+    let server = tenure_pg_test::required_server();
     let prefix = tenure_pg_test::unique_prefix();
     let _cleanup = tenure_pg_test::PrefixGuard::new(server.url.clone(), prefix.clone());
     let (stdout, took) = demo(&[

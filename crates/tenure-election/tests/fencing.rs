@@ -73,10 +73,7 @@ fn concurrent_writers_are_admitted_in_token_order_only() {
 // The PostgreSQL recipes.
 
 async fn connect() -> Option<Client> {
-    let server = match tenure_pg_test::server() {
-        Ok(server) => server,
-        Err(message) => panic!("PostgreSQL is required in CI: {message}"),
-    };
+    let server = tenure_pg_test::required_server();
     Some(server.connect().await.expect("connecting to PostgreSQL"))
 }
 

@@ -68,6 +68,20 @@ impl Server {
     }
 }
 
+/// The server for this test run, for tests and benchmarks that need one: they fail, never
+/// skip, without PostgreSQL.
+///
+/// # Panics
+///
+/// When no server can be found, with the message of [`server`], which names the three ways to
+/// provide one.
+pub fn required_server() -> &'static Server {
+    match server() {
+        Ok(server) => server,
+        Err(message) => panic!("{message}"),
+    }
+}
+
 /// The server for this test run, found once per process (see the crate documentation).
 pub fn server() -> Result<&'static Server, String> {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();

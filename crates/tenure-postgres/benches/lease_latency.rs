@@ -108,13 +108,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let server = match tenure_pg_test::server() {
-        Ok(server) => server,
-        Err(message) => {
-            eprintln!("lease_latency: {message}");
-            std::process::exit(1);
-        }
-    };
+    let server = tenure_pg_test::required_server();
     let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
     let prefix = guard.prefix().to_owned();
     runtime.block_on(async {

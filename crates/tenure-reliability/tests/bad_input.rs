@@ -376,7 +376,7 @@ async fn build_error(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_to_the_postgres_backend() {
-    let server = tenure_pg_test::server().unwrap();
+    let server = tenure_pg_test::required_server();
     let admin = tenure_pg_test::connect(&server.url).await.unwrap();
     let canary = tenure_pg_test::unique_name("canary");
     admin

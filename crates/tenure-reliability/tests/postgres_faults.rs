@@ -41,7 +41,7 @@ fn quick(lease: &str, duration: Duration) -> WorkloadConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_while_connections_are_killed() {
-    let server = tenure_pg_test::server().unwrap();
+    let server = tenure_pg_test::required_server();
     let db = TempDatabase::create(&server.url).await.unwrap();
     let storage = storage(&db.url(), 8).await;
 
@@ -117,7 +117,7 @@ async fn leader(storage: Arc<dyn EventStorage>, config: ElectorConfig) -> Leader
 }
 
 async fn partition(link: Link) {
-    let server = tenure_pg_test::server().unwrap();
+    let server = tenure_pg_test::required_server();
     let db = TempDatabase::create(&server.url).await.unwrap();
     let upstream: SocketAddr = {
         let client = tenure_pg_test::connect(&server.url).await.unwrap();

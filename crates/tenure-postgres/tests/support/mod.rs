@@ -10,10 +10,7 @@ use tenure_postgres::{PostgresEventStorage, PostgresEventStorageBuilder, SchemaM
 
 /// The server of this test run; fails the test (never skips it) when there is none.
 pub fn server() -> &'static Server {
-    match tenure_pg_test::server() {
-        Ok(server) => server,
-        Err(message) => panic!("{message}"),
-    }
+    tenure_pg_test::required_server()
 }
 
 /// A fresh prefix, dropped when the guard is.
