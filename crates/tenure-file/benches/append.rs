@@ -1,6 +1,7 @@
 //! The file backend's speed: appends per second with and without fsync, each against the raw
 //! floor of writing the very same bytes with `write` (+ `fdatasync`) in the same run, and the
-//! time to reopen (replay) a log of one million events.
+//! time to reopen (replay) a log of one million events, and the time to open a log whose
+//! damaged last record is followed by megabytes of random bytes.
 //!
 //! Run with `cargo bench -p tenure-file --bench append` (or `cargo xtask bench file`). Set
 //! `TENURE_BENCH_QUICK=1` for a short smoke run. Figures go to `docs/benchmarks.md`.
@@ -120,6 +121,56 @@ fn main() {
             size as f64 / 1e6 / reopen.as_secs_f64(),
             size as f64 / 1e6,
             built.as_secs_f64()
+        );
+        fs::remove_file(&path).unwrap();
+    }
+
+    println!();
+    recovery_after_damage(dir.path(), quick);
+}
+
+/// Opening a log whose last record is damaged and followed by random bytes, against the floor
+/// of reading the same file and checksumming it once, in the same run. The search for a whole
+/// record after the damage must be linear: the ratio stays flat as the garbage doubles.
+fn recovery_after_damage(dir: &Path, quick: bool) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let sizes: &[usize] = if quick { &[4] } else { &[16, 32, 64] };
+    for &mib in sizes {
+        let path = dir.join(format!("damaged-{mib}.log"));
+        runtime.block_on(build_log(&path, 1_000, 1));
+        let mut bytes = fs::read(&path).unwrap();
+        let last = frames_of(&bytes).last().unwrap().len();
+        let at = bytes.len() - last + 12;
+        bytes[at] ^= 0x01;
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        bytes.extend((0..mib << 20).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        }));
+        let (mut open, mut floor) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            fs::write(&path, &bytes).unwrap();
+            let started = Instant::now();
+            let read = fs::read(&path).unwrap();
+            std::hint::black_box(crc32fast::hash(&read));
+            floor.push(started.elapsed());
+            let started = Instant::now();
+            let storage = FileEventStorage::open(&path).unwrap();
+            open.push(started.elapsed());
+            assert!(storage.recovery().cut.is_some());
+        }
+        let (open, floor) = (median(open), median(floor));
+        println!(
+            "recovery after damage + {mib:>2} MiB of random bytes: {:.3} s, floor (read + crc32) \
+             {:.3} s, ratio {:.1}x, {:.1} ms per MiB",
+            open.as_secs_f64(),
+            floor.as_secs_f64(),
+            open.as_secs_f64() / floor.as_secs_f64(),
+            open.as_secs_f64() * 1e3 / mib as f64
         );
         fs::remove_file(&path).unwrap();
     }

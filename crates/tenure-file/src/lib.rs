@@ -56,6 +56,7 @@
 
 #![deny(missing_docs)]
 
+mod crc_index;
 mod error;
 mod format;
 mod journal;
