@@ -99,6 +99,11 @@ pub enum Reason {
     /// A JSON value contains the character U+0000, which not every storage can keep
     /// (PostgreSQL's `jsonb` cannot).
     NulInJson,
+    /// A JSON value nests arrays and objects deeper than allowed.
+    TooDeep {
+        /// The deepest nesting allowed (`[1]` is 1 deep, `{"a": [1]}` 2).
+        max: usize,
+    },
     /// No stored event has this position.
     NoSuchEvent {
         /// The position asked for.
@@ -121,6 +126,9 @@ impl fmt::Display for Reason {
             Reason::TooMany { count, max } => write!(f, "has {count} items, the maximum is {max}"),
             Reason::Zero => f.write_str("must be at least 1"),
             Reason::NulInJson => f.write_str("contains the character U+0000 in a string or key"),
+            Reason::TooDeep { max } => {
+                write!(f, "nests arrays and objects more than {max} deep")
+            }
             Reason::NoSuchEvent { position } => {
                 write!(f, "no stored event has position {position}")
             }

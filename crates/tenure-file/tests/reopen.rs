@@ -302,3 +302,45 @@ fn concurrent_appends_from_many_tasks_all_survive_in_order() {
         assert_eq!(all(&storage).await, written);
     });
 }
+
+/// A payload at the deepest nesting validation accepts survives a reopen (the record that holds
+/// it nests it a few levels deeper still), and one level deeper is refused before anything is
+/// written, so that no acknowledged event can make the file unreadable.
+#[test]
+fn the_deepest_payload_validation_accepts_survives_a_reopen() {
+    let nested = |depth: usize| (0..depth).fold(json!(0), |inner, _| json!({ "k": [inner] }));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep.log");
+    let clock = ManualClock::new();
+    let rt = runtime();
+    let deepest = nested(tenure_ports::MAX_PAYLOAD_DEPTH / 2);
+    rt.block_on(async {
+        let storage = open(&path, &clock);
+        let empty = storage.file_len();
+        let too_deep = nested(tenure_ports::MAX_PAYLOAD_DEPTH / 2 + 1);
+        let refused = storage
+            .append(&AppendRequest::new(vec![NewEvent::new("s", "T", too_deep)]))
+            .await;
+        assert!(
+            matches!(refused, Err(EventStorageError::InvalidRequest(_))),
+            "{refused:?}"
+        );
+        assert_eq!(storage.file_len(), empty, "a refused append writes nothing");
+        storage
+            .append(&AppendRequest::new(vec![NewEvent::new(
+                "s",
+                "T",
+                deepest.clone(),
+            )]))
+            .await
+            .unwrap();
+        assert!(storage.file_len() > empty);
+        storage.close().await.unwrap();
+    });
+    rt.block_on(async {
+        let storage = open(&path, &clock);
+        let events = all(&storage).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].payload, deepest);
+    });
+}

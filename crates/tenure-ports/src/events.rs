@@ -18,6 +18,14 @@ pub const MAX_APPEND_EVENTS: usize = 10_000;
 /// The most tags one event or one query may carry.
 pub const MAX_TAGS: usize = 64;
 
+/// The deepest a payload may nest arrays and objects (`[1]` is 1 deep, `{"a": [1]}` 2).
+///
+/// Every backend stores and reads back any payload within it; deeper ones are
+/// [`EventStorageError::InvalidRequest`](crate::EventStorageError::InvalidRequest) at append,
+/// on every backend. (serde_json refuses to parse JSON nested more than 128 deep, so a file
+/// record or a PostgreSQL read would otherwise fail on a payload accepted earlier.)
+pub const MAX_PAYLOAD_DEPTH: usize = 64;
+
 /// The most events one read may return.
 pub const MAX_READ_LIMIT: usize = 10_000;
 
@@ -311,20 +319,33 @@ impl AppendRequest {
     }
 }
 
-/// Refuses a payload with U+0000 in any string or key: PostgreSQL's `jsonb` cannot store it,
-/// so no backend accepts it, and the same payload behaves the same everywhere.
+/// Refuses a payload that not every backend can store and read back: U+0000 in any string or
+/// key (PostgreSQL's `jsonb` cannot store it), or nesting deeper than [`MAX_PAYLOAD_DEPTH`]
+/// (serde_json cannot read it back), so that the same payload behaves the same everywhere.
+/// Walks the value with its own stack: a hostile depth cannot overflow the caller's.
 fn check_payload(payload: &serde_json::Value) -> Result<(), ValidationError> {
-    let nul = ValidationError::new(Field::Payload, Reason::NulInJson);
-    let mut pending = vec![payload];
-    while let Some(value) = pending.pop() {
+    let nul = || ValidationError::new(Field::Payload, Reason::NulInJson);
+    let mut pending = vec![(payload, 0)];
+    while let Some((value, depth)) = pending.pop() {
+        let inner = depth + 1;
         match value {
-            serde_json::Value::String(s) if s.contains('\0') => return Err(nul),
-            serde_json::Value::Array(items) => pending.extend(items),
+            serde_json::Value::String(s) if s.contains('\0') => return Err(nul()),
+            serde_json::Value::Array(_) | serde_json::Value::Object(_)
+                if inner > MAX_PAYLOAD_DEPTH =>
+            {
+                return Err(ValidationError::new(
+                    Field::Payload,
+                    Reason::TooDeep {
+                        max: MAX_PAYLOAD_DEPTH,
+                    },
+                ));
+            }
+            serde_json::Value::Array(items) => pending.extend(items.iter().map(|v| (v, inner))),
             serde_json::Value::Object(map) => {
                 if map.keys().any(|k| k.contains('\0')) {
-                    return Err(nul);
+                    return Err(nul());
                 }
-                pending.extend(map.values());
+                pending.extend(map.values().map(|v| (v, inner)));
             }
             _ => {}
         }
@@ -480,6 +501,48 @@ mod tests {
         assert_eq!(EventId::parse(&text), Some(id));
         assert_ne!(EventId::random(), EventId::random());
         assert_eq!(EventId::parse("nope"), None);
+    }
+
+    /// `depth` arrays and objects, alternating, around a number.
+    fn nested(depth: usize) -> serde_json::Value {
+        (0..depth).fold(json!(1), |inner, level| {
+            if level % 2 == 0 {
+                json!([inner])
+            } else {
+                json!({ "k": inner })
+            }
+        })
+    }
+
+    #[test]
+    fn payloads_nested_beyond_the_limit_are_refused() {
+        let append = |payload| AppendRequest::new(vec![NewEvent::new("s", "T", payload)]);
+        assert!(append(nested(MAX_PAYLOAD_DEPTH)).validate().is_ok());
+        assert!(
+            append(json!({"a": [1, {"b": "c"}], "d": []}))
+                .validate()
+                .is_ok()
+        );
+        for depth in [MAX_PAYLOAD_DEPTH + 1, 200] {
+            let err = append(nested(depth)).validate().unwrap_err();
+            assert_eq!(
+                (err.field, err.reason.clone()),
+                (
+                    Field::Payload,
+                    Reason::TooDeep {
+                        max: MAX_PAYLOAD_DEPTH
+                    }
+                )
+            );
+            assert_eq!(
+                err.to_string(),
+                "invalid payload: nests arrays and objects more than 64 deep"
+            );
+        }
+        // An empty container at the limit's edge counts as one level too.
+        let edge = nested(MAX_PAYLOAD_DEPTH - 1);
+        assert!(append(json!([edge.clone()])).validate().is_ok());
+        assert!(append(json!([[edge]])).validate().is_err());
     }
 
     #[test]

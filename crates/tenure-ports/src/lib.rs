@@ -37,8 +37,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, EventStorageError};
 pub use events::{
     AppendCondition, AppendRequest, Bookmark, Direction, EventId, EventPosition, EventQuery,
-    MAX_APPEND_EVENTS, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions, StoredEvent,
-    normalize_tags, validate_bookmark, validate_reader,
+    MAX_APPEND_EVENTS, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions,
+    StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
 
 /// The lease rules, re-exported so that a backend needs only this crate.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tenure_ports::{
     AppendRequest, Capability, EventCursor, EventPosition, EventQuery, EventStorage,
-    EventStorageError, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions, StoredEvent,
+    EventStorageError, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions,
+    StoredEvent,
 };
 
 use crate::check::{Failure, ensure, ensure_eq};
@@ -41,6 +42,7 @@ scenarios![
     "events_" EVENTS: cursor_pages_through_log,
     "events_" EVENTS: condition_conflict,
     "events_" EVENTS: idempotent_append,
+    "events_" EVENTS: payloads_within_the_limits_round_trip,
     "events_" EVENTS: invalid_append_stores_nothing,
     "events_" EVENTS: concurrent_conditional_appends,
     "events_" EVENTS: concurrent_appends_keep_order,
@@ -334,6 +336,56 @@ async fn idempotent_append(s: &Subject) -> Outcome {
     Ok(())
 }
 
+/// `depth` arrays and objects, alternating, around a string.
+fn nested(depth: usize) -> serde_json::Value {
+    (0..depth).fold(json!("core"), |inner, level| {
+        if level % 2 == 0 {
+            json!([inner, level])
+        } else {
+            json!({ "level": level, "inner": inner })
+        }
+    })
+}
+
+/// Whatever validation accepts, every backend stores and reads back unchanged: nesting at
+/// [`MAX_PAYLOAD_DEPTH`], numbers at the ends of their ranges, text that JSON escapes.
+async fn payloads_within_the_limits_round_trip(s: &Subject) -> Outcome {
+    let payloads = [
+        nested(MAX_PAYLOAD_DEPTH),
+        json!({
+            "u64_max": u64::MAX,
+            "i64_min": i64::MIN,
+            "big": 1e300,
+            "tiny": -1e-300,
+            "tenth": 0.1,
+            "negative_zero": -0.0,
+            "integral_float": 2.0,
+        }),
+        json!({
+            "multibyte": "Grüße, 世界, 🦀",
+            "escapes": "quote \" backslash \\ tab \t newline \n del \u{7f} sep \u{2028}",
+            "controls": "\u{1}\u{1f}",
+            "": "",
+            "nested empties": [[], {}, [{}], {"a": []}],
+        }),
+        json!(null),
+        json!("a bare string"),
+        json!([true, false, null]),
+    ];
+    let events: Vec<NewEvent> = payloads
+        .iter()
+        .map(|payload| NewEvent::new("limits", "Limit", payload.clone()))
+        .collect();
+    let stored = append(s, events).await?;
+    let read = read_all(s, &EventQuery::stream("limits")).await?;
+    ensure_eq!(read.len(), payloads.len(), "events read back");
+    for ((payload, stored), read) in payloads.iter().zip(&stored).zip(&read) {
+        ensure_eq!(&stored.payload, payload, "the payload as acknowledged");
+        ensure_eq!(&read.payload, payload, "the payload as read back");
+    }
+    Ok(())
+}
+
 async fn invalid_append_stores_nothing(s: &Subject) -> Outcome {
     let ok = || event("s", "T", 1);
     let too_many_tags = (0..=MAX_TAGS).fold(ok(), |e, n| e.tagged(format!("t{n}")));
@@ -382,6 +434,11 @@ async fn invalid_append_stores_nothing(s: &Subject) -> Outcome {
         (
             "a NUL in the payload",
             AppendRequest::new(vec![NewEvent::new("s", "T", json!({"text": "a\u{0}b"}))]),
+            "payload",
+        ),
+        (
+            "a payload nested deeper than MAX_PAYLOAD_DEPTH",
+            AppendRequest::new(vec![NewEvent::new("s", "T", nested(MAX_PAYLOAD_DEPTH + 1))]),
             "payload",
         ),
         (

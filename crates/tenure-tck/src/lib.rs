@@ -214,6 +214,7 @@ macro_rules! tck_suite {
             events_cursor_pages_through_log,
             events_condition_conflict,
             events_idempotent_append,
+            events_payloads_within_the_limits_round_trip,
             events_invalid_append_stores_nothing,
             events_concurrent_conditional_appends,
             events_concurrent_appends_keep_order,
