@@ -1,13 +1,14 @@
 //! Storage clocks for embedded backends.
 //!
 //! A database backend reads its database's clock and needs none of this. An embedded backend
-//! (in-memory, file) *is* the storage, so its clock is the storage clock: [`SystemClock`] in
-//! production, [`ManualClock`] in tests that must not wait for a ttl to pass.
+//! (in-memory, file) *is* the storage, so its clock is the storage clock: [`SystemClock`] (the
+//! monotonic clock, shown as wall-clock time) in production, [`ManualClock`] in tests that must
+//! not wait for a ttl to pass.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tenure_domain::Timestamp;
 
@@ -17,28 +18,42 @@ pub trait Clock: Send + Sync + Debug {
     fn now(&self) -> Timestamp;
 }
 
-/// The system's wall clock, made monotonic: it never returns an instant earlier than one it
-/// returned before, so that a wall-clock step backwards cannot bring a released or expired
-/// lease back to life.
-#[derive(Debug, Default)]
+/// The storage clock of the embedded backends: the system's wall-clock time when the clock
+/// was made, plus the time elapsed since on the monotonic clock.
+///
+/// Lease liveness is judged on it, so it must not step: a wall clock that NTP, an operator or
+/// a VM migration steps forward would make a live lease look expired (two leaders), and one
+/// stepped back would bring an expired one back to life. This clock moves at the monotonic
+/// clock's rate whatever the wall clock does; its instants are wall-clock times for display
+/// only, and drift from the wall clock by the size of any step taken after it was made.
+#[derive(Debug)]
 pub struct SystemClock {
-    last: AtomicI64,
+    wall_at_start: i64,
+    start: Instant,
 }
 
 impl SystemClock {
-    /// A new system clock.
+    /// A clock reading the wall clock once, now, and the monotonic clock from then on.
     pub fn new() -> Self {
-        SystemClock::default()
+        SystemClock {
+            wall_at_start: Timestamp::from_system_time(SystemTime::now())
+                .map(Timestamp::as_micros)
+                .unwrap_or(0),
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock::new()
     }
 }
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let wall = Timestamp::from_system_time(SystemTime::now())
-            .map(Timestamp::as_micros)
-            .unwrap_or(0);
-        let previous = self.last.fetch_max(wall, Ordering::AcqRel);
-        Timestamp::from_micros(previous.max(wall))
+        let elapsed = i64::try_from(self.start.elapsed().as_micros()).unwrap_or(i64::MAX);
+        Timestamp::from_micros(self.wall_at_start.saturating_add(elapsed))
     }
 }
 
