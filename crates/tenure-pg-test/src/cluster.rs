@@ -34,6 +34,75 @@ impl Cluster {
             "no PostgreSQL server binaries under /usr/lib/postgresql/<version>/bin \
              (install Debian's postgresql package)",
         )?;
+        let cluster = Cluster::empty(bin)?;
+        cluster.tool(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-N",
+            ],
+        )?;
+        Ok(cluster)
+    }
+
+    /// Creates a streaming-replication standby of `primary` (which must be running): a base
+    /// backup (`pg_basebackup -R`) into a directory of its own, on a free port of its own. It
+    /// is not started yet; once started it follows the primary until [promoted](Self::promote).
+    pub fn standby_of(primary: &Cluster) -> Result<Cluster, String> {
+        let cluster = Cluster::empty(primary.bin.clone())?;
+        cluster.tool(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &cluster.data(),
+                "-R",
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+            ],
+        )?;
+        Ok(cluster)
+    }
+
+    /// Appends `name = value` settings to the cluster's `postgresql.conf` (values as written
+    /// there, quoted where PostgreSQL needs it); they take effect at the next start or
+    /// [reload](Self::reload).
+    pub fn configure(&self, settings: &[(&str, &str)]) -> Result<(), String> {
+        use std::io::Write as _;
+        let path = self.dir.join("data").join("postgresql.conf");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        for (name, value) in settings {
+            writeln!(file, "{name} = {value}")
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Makes a running server read its configuration again (`pg_ctl reload`).
+    pub fn reload(&self) -> Result<(), String> {
+        self.tool("pg_ctl", &["-D", &self.data(), "reload"])
+    }
+
+    /// Promotes a standby to a primary and waits until it accepts writes (`pg_ctl promote`).
+    pub fn promote(&self) -> Result<(), String> {
+        self.tool("pg_ctl", &["-D", &self.data(), "-w", "-t", "60", "promote"])
+    }
+
+    /// A directory and a free port, owned by the user the tools run as; no data yet.
+    fn empty(bin: PathBuf) -> Result<Cluster, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("finding a free port: {e}"))?
@@ -46,17 +115,6 @@ impl Cluster {
                 .args(["-R", "postgres:postgres"])
                 .arg(&cluster.dir))?;
         }
-        cluster.tool(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-N",
-            ],
-        )?;
         Ok(cluster)
     }
 

@@ -13,6 +13,7 @@
 //!   paused time.
 //! * [`killer`]: connections killed at random with `pg_terminate_backend`.
 //! * [`proxy`]: a TCP proxy that stalls or cuts one contender's connections (a partition).
+//! * [`switch`]: a storage whose target is switched while electors use it (a failover).
 //! * `tenure_pg_test::cluster`: a throwaway PostgreSQL cluster that a test may restart or crash.
 //!
 //! The tests in `tests/` are the bounded versions that `cargo xtask test` runs; the `stress`
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod killer;
 pub mod proxy;
 pub mod recorder;
+pub mod switch;
 pub mod workload;
 
 use std::sync::Arc;
