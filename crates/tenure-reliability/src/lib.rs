@@ -13,6 +13,7 @@
 //!   paused time.
 //! * [`killer`]: connections killed at random with `pg_terminate_backend`.
 //! * [`proxy`]: a TCP proxy that stalls or cuts one contender's connections (a partition).
+//! * [`failover`]: a primary and a streaming standby of a test's own, and a failover.
 //! * [`switch`]: a storage whose target is switched while electors use it (a failover).
 //! * `tenure_pg_test::cluster`: a throwaway PostgreSQL cluster that a test may restart or crash.
 //!
@@ -22,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod failover;
 pub mod killer;
 pub mod proxy;
 pub mod recorder;

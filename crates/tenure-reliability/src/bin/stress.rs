@@ -5,7 +5,10 @@
 //!    leases at once (16 electors each), with connections killed at random, until 100,000
 //!    calls or half the time is up.
 //! 3. The same on a throwaway cluster that is restarted in fast and in immediate mode every
-//!    20 s, for the rest of the time.
+//!    20 s, for two fifths of the time.
+//! 4. The standard workload on a throwaway primary with a synchronous standby, failed over
+//!    every 20 s (the primary killed, the standby promoted and given a standby of its own, the
+//!    electors pointed at it), for the last fifth.
 //!
 //! It prints the counts of each (calls, faults injected, elections, violations) and exits
 //! non-zero if any violation was found.
@@ -18,7 +21,9 @@ use std::time::Duration;
 use tenure_memory::MemoryEventStorage;
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_reliability::clock::TokioClock;
+use tenure_reliability::failover::{ReplicatedPair, Replication};
 use tenure_reliability::killer::ConnectionKiller;
+use tenure_reliability::switch::SwitchableStorage;
 use tenure_reliability::workload::{self, WorkloadConfig, WorkloadReport};
 
 fn main() -> ExitCode {
@@ -40,7 +45,7 @@ fn main() -> ExitCode {
             clean = false;
         }
     }
-    match postgres_killed(budget / 2) {
+    match postgres_killed(budget * 2 / 5) {
         Ok((report, kills)) => {
             clean &= show(&format!("postgres, {kills} connections killed"), &report)
         }
@@ -49,7 +54,7 @@ fn main() -> ExitCode {
             clean = false;
         }
     }
-    match postgres_restarts(budget / 2) {
+    match postgres_restarts(budget * 2 / 5) {
         Ok((report, restarts)) => {
             clean &= show(
                 &format!("postgres, {restarts} server restarts (fast and immediate)"),
@@ -58,6 +63,18 @@ fn main() -> ExitCode {
         }
         Err(message) => {
             eprintln!("stress: postgres restarts: {message}");
+            clean = false;
+        }
+    }
+    match postgres_failovers(budget / 5) {
+        Ok((report, failovers)) => {
+            clean &= show(
+                &format!("postgres, {failovers} failovers to a synchronous standby"),
+                &report,
+            )
+        }
+        Err(message) => {
+            eprintln!("stress: postgres failovers: {message}");
             clean = false;
         }
     }
@@ -170,5 +187,48 @@ fn postgres_restarts(budget: Duration) -> Result<(WorkloadReport, u64), String> 
         stop.store(true, Ordering::Release);
         let count = restarts.await.unwrap_or(0);
         Ok((report, count))
+    })
+}
+
+fn postgres_failovers(budget: Duration) -> Result<(WorkloadReport, u64), String> {
+    multi_thread()?.block_on(async {
+        let pair = ReplicatedPair::start(Replication::Synchronous).await?;
+        let first = tenure_reliability::postgres_storage(&pair.primary.url(), 16).await?;
+        let switch = Arc::new(SwitchableStorage::new(first));
+        let config = WorkloadConfig {
+            leases: 4,
+            max_duration: budget,
+            min_calls: usize::MAX,
+            release_chance: 0.1,
+            ..WorkloadConfig::standard("stress-failovers", usize::MAX)
+        };
+        let storage: Arc<dyn tenure_ports::EventStorage> = switch.clone();
+        let run = tokio::spawn(async move { workload::run(&config, storage).await });
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut pair = Some(pair);
+        let mut failovers = 0u64;
+        let mut outcome = Ok(());
+        while tokio::time::Instant::now() + Duration::from_secs(25) < deadline {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            let Some(current) = pair.take() else { break };
+            let step = async {
+                let promoted = current.fail_over().await?;
+                let storage = tenure_reliability::postgres_storage(&promoted.url(), 16).await?;
+                switch.switch_to(storage);
+                ReplicatedPair::attach(promoted, Replication::Synchronous).await
+            };
+            match step.await {
+                Ok(next) => {
+                    failovers += 1;
+                    pair = Some(next);
+                }
+                Err(message) => {
+                    outcome = Err(format!("failover {}: {message}", failovers + 1));
+                    break;
+                }
+            }
+        }
+        let report = run.await.map_err(|e| e.to_string())?;
+        outcome.map(|()| (report, failovers))
     })
 }
