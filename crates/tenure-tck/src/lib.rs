@@ -89,6 +89,7 @@
 #![deny(missing_docs)]
 
 mod check;
+pub mod differential;
 mod events;
 pub mod history;
 mod lease;
