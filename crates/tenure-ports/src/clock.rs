@@ -37,6 +37,12 @@ impl Clock for SystemClock {
         let wall = Timestamp::from_system_time(SystemTime::now())
             .map(Timestamp::as_micros)
             .unwrap_or(0);
+        // Read before writing: calls within one microsecond (most of them, on a busy
+        // storage) find the instant already there and leave the shared line unwritten.
+        let last = self.last.load(Ordering::Acquire);
+        if wall <= last {
+            return Timestamp::from_micros(last);
+        }
         let previous = self.last.fetch_max(wall, Ordering::AcqRel);
         Timestamp::from_micros(previous.max(wall))
     }
