@@ -369,27 +369,43 @@ struct TckSummary {
 }
 
 impl TckSummary {
-    /// Counts the kit's `tck: passed|failed|skipped <suite>::<scenario>` lines.
+    /// Adds up the kit's closing lines, `tck <suite>: P passed, F failed, S skipped`, one per
+    /// conformance test target (see `tenure_tck::run_suite`).
     fn parse(output: &str) -> TckSummary {
         let mut summary = TckSummary::default();
         for line in output.lines() {
-            let Some(at) = line.find("tck: ") else {
+            let Some((suite, counts)) = line
+                .trim()
+                .strip_prefix("tck ")
+                .and_then(|rest| rest.split_once(": "))
+            else {
                 continue;
             };
-            let mut words = line[at + 5..].split_whitespace();
-            let (Some(verdict), Some(id)) = (words.next(), words.next()) else {
+            if suite.contains(char::is_whitespace) {
+                continue;
+            }
+            let mut found = [None; 3];
+            for part in counts.split(", ") {
+                let mut words = part.split_whitespace();
+                let (Some(n), Some(what)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let Ok(n) = n.parse::<u64>() else { continue };
+                let slot = match what {
+                    "passed" => 0,
+                    "failed" => 1,
+                    "skipped" => 2,
+                    _ => continue,
+                };
+                found[slot] = Some(n);
+            }
+            let [Some(passed), Some(failed), Some(skipped)] = found else {
                 continue;
             };
-            let Some((suite, _scenario)) = id.trim_end_matches(':').split_once("::") else {
-                continue;
-            };
-            let slot = match verdict {
-                "passed" => 0,
-                "failed" => 1,
-                "skipped" => 2,
-                _ => continue,
-            };
-            summary.by_backend.entry(suite.to_owned()).or_default()[slot] += 1;
+            let entry = summary.by_backend.entry(suite.to_owned()).or_default();
+            entry[0] += passed;
+            entry[1] += failed;
+            entry[2] += skipped;
         }
         summary
     }
@@ -429,15 +445,18 @@ mod tests {
 
     #[test]
     fn tck_lines_are_counted_per_suite() {
-        let out = "tck: passed memory::lease_a\n\
-                   tck: passed memory::lease_b\n\
-                   tck: skipped partial::lease_a: the storage lacks the `lease` capability\n\
-                   thread 'x' panicked at src/lib.rs:1:\n\
-                   tck: failed postgres::lease_c: token: expected 1, got 2\n";
+        let out = "test lease_a ... ok\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
+                   tck memory: 2 passed, 0 failed, 0 skipped\n\
+                   tck partial: 0 passed, 0 failed, 35 skipped\n\
+                   tck: failed postgres::lease_c: token: expected 1, got 2\n\
+                   tck postgres: 34 passed, 1 failed, 0 skipped\n\
+                   tck memory: 1 passed, 0 failed, 0 skipped\n";
         let summary = TckSummary::parse(out);
-        assert_eq!(summary.by_backend["memory"], [2, 0, 0]);
-        assert_eq!(summary.by_backend["partial"], [0, 0, 1]);
-        assert_eq!(summary.by_backend["postgres"], [0, 1, 0]);
+        assert_eq!(summary.by_backend["memory"], [3, 0, 0]);
+        assert_eq!(summary.by_backend["partial"], [0, 0, 35]);
+        assert_eq!(summary.by_backend["postgres"], [34, 1, 0]);
+        assert_eq!(summary.by_backend.len(), 3);
         assert_eq!(summary.failed(), 1);
     }
 

@@ -1,6 +1,8 @@
 //! Validated names and the error that says what was wrong with an input.
 
+use std::borrow::Borrow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The input that a [`ValidationError`] is about.
@@ -213,15 +215,23 @@ pub fn validate_ttl(ttl: Duration) -> Result<Duration, ValidationError> {
 macro_rules! validated_name {
     ($(#[$doc:meta])* $name:ident, $field:expr) => {
         $(#[$doc])*
+        ///
+        /// Cloning one is cheap (a reference count): a backend keeps, compares and answers
+        /// with the same text without copying it.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates `value`: 1 to 255 bytes of UTF-8 with no control characters.
-            pub fn new(value: impl Into<String>) -> Result<Self, ValidationError> {
-                let value = value.into();
-                check_name($field, &value)?;
-                Ok($name(value))
+            pub fn new(value: impl AsRef<str>) -> Result<Self, ValidationError> {
+                let value = value.as_ref();
+                check_name($field, value)?;
+                Ok($name(Arc::from(value)))
+            }
+
+            /// A name already checked by [`check_name`] for this field.
+            pub(crate) fn from_checked(value: &str) -> Self {
+                $name(Arc::from(value))
             }
 
             /// The name as text.
@@ -231,7 +241,14 @@ macro_rules! validated_name {
 
             /// The name as an owned `String`.
             pub fn into_string(self) -> String {
-                self.0
+                self.0.as_ref().to_owned()
+            }
+        }
+
+        /// Lets a map keyed by names be searched with a `&str`, as the text compares.
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
             }
         }
 
@@ -263,13 +280,13 @@ macro_rules! validated_name {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                &*self.0 == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                &*self.0 == *other
             }
         }
     };

@@ -1,43 +1,33 @@
-//! Model-based property test of the lease state machine.
+//! The lease state machine against a naive reference model, through the conformance kit's
+//! differential check.
 //!
-//! Each case picks 2 to 6 owners with random priorities and plays up to 60 random steps against
-//! one lease: requests (random ttl, mostly a few milliseconds, and now and then a new priority),
-//! releases, and clock advances (random, or to exactly one microsecond before, at or after the
-//! expiry of the lease or of a registration, where off-by-one mistakes live). The steps are not
-//! chosen from the state, so any shrunk sequence is still a valid one.
-//!
-//! Every step goes through [`decide_request`] / [`decide_release`] and is applied to a
-//! `Storage` kept here exactly as a backend keeps it: an `Option<Lease>` written when
-//! `transition.record_write()` says so, and a map of registrations from which `pruned` is
-//! removed and into which `contender` is upserted (on a release, `updated` is written and
-//! `withdrawn` removed). Every release is applied twice, to check that it is idempotent.
-//!
-//! Beside it, `Model` is a deliberately naive reference written from the contract alone,
-//! with plain integer microseconds and owner indices; it shares no code with the domain. After
-//! every step the storage must equal the model, and the contract's invariants are checked
-//! directly as well (one live holder, fencing tokens, standby answers, step-down, release,
-//! bounded registry, response consistency), so that a failure names the rule that broke.
+//! `Model` is a deliberately naive implementation of the lease contract, written from the
+//! contract alone, with plain integer microseconds and owner names as strings; it shares no
+//! code with the domain. [`tenure_tck::differential::check_decisions`] plays the kit's cases
+//! (2 to 6 owners with multi-byte and 255-byte names, extreme priorities, ttls up to 7 days,
+//! clock steps landing exactly on an expiry and one microsecond either side) against it and
+//! against `tenure_domain` applied to a plain store, and requires every answer and every stored
+//! record and registration to be equal; it also checks the contract's invariants on every
+//! answer and fails if its generator did not reach every rule. The same check is what a
+//! backend that decides in its own code (the PostgreSQL functions) runs.
 //!
 //! A second property checks input validation against the contract: names of 1 to 255 bytes
 //! without control characters, ttls from 1 ms to 7 days, valid and invalid values alike.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::sample::Index;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError};
 use tenure_domain::{
-    Contender, Field, Lease, LeaseName, LeaseRequest, LeaseStatus, MAX_TTL, MIN_TTL, Owner, Reason,
-    RecordWrite, RequestOutcome, Timestamp, Transition, decide_release, decide_request,
-    validate_ttl,
+    Contender, FencingToken, Field, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseStatus,
+    Owner, Reason, Timestamp, Transition, ValidLeaseRequest, validate_ttl,
 };
+use tenure_ports::BoxError;
+use tenure_tck::differential::{self, Decided, DecisionSystem, Observed};
 
 /// The number of cases when `PROPTEST_CASES` is not set.
 const DEFAULT_CASES: u32 = 256;
-
-const LEASE: &str = "model-lease";
 
 /// The test's configuration: `PROPTEST_CASES` if set, otherwise [`DEFAULT_CASES`].
 fn config() -> Config {
@@ -54,121 +44,20 @@ fn config() -> Config {
     }
 }
 
-fn fail(message: impl Into<String>) -> TestCaseError {
-    TestCaseError::fail(message.into())
-}
+type TestResult = Result<(), TestCaseError>;
 
 // ---------------------------------------------------------------------------------------------
-// Steps and their generation.
+// The reference model: the contract, naively, in integers.
 // ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-enum Step {
-    /// A request by owner `owner`; `priority: None` uses the owner's usual priority.
-    Request {
-        owner: usize,
-        priority: Option<i64>,
-        ttl: Duration,
-    },
-    /// A release by owner `owner`, applied twice.
-    Release { owner: usize },
-    /// The storage clock moves forward by `micros` (possibly 0).
-    Advance { micros: i64 },
-    /// The clock moves to the lease record's expiry + `offset` µs (if that is not in the past).
-    ToLeaseExpiry { offset: i64 },
-    /// The clock moves to a stored registration's expiry + `offset` µs (if not in the past).
-    ToContenderExpiry { pick: Index, offset: i64 },
-}
-
-#[derive(Clone, Debug)]
-struct Scenario {
-    /// The storage clock at the start, in µs since the epoch.
-    start: i64,
-    /// Each owner's usual priority; the number of owners is its length.
-    priorities: Vec<i64>,
-    steps: Vec<Step>,
-}
-
-fn ttl_strategy() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        // Mostly short, with sub-microsecond noise that the storage must truncate.
-        30 => (1_000u64..=30_000, 0u64..1_000)
-            .prop_map(|(us, ns)| Duration::from_micros(us) + Duration::from_nanos(ns)),
-        3 => Just(MIN_TTL),
-        1 => (1u64..=MAX_TTL.as_secs()).prop_map(Duration::from_secs),
-        1 => Just(MAX_TTL),
-    ]
-}
-
-fn priority_strategy() -> impl Strategy<Value = Option<i64>> {
-    prop_oneof![
-        8 => Just(None),
-        3 => (-3i64..=3).prop_map(Some),
-        1 => prop_oneof![Just(i64::MIN), Just(i64::MAX)].prop_map(Some),
-    ]
-}
-
-fn advance_strategy() -> impl Strategy<Value = i64> {
-    prop_oneof![
-        2 => Just(0i64),
-        6 => 1i64..=20_000,
-        2 => 20_001i64..=100_000,
-        1 => 100_001i64..=10_000_000,
-    ]
-}
-
-fn step_strategy(owners: usize) -> impl Strategy<Value = Step> {
-    prop_oneof![
-        10 => (0..owners, priority_strategy(), ttl_strategy()).prop_map(
-            |(owner, priority, ttl)| Step::Request { owner, priority, ttl }
-        ),
-        2 => (0..owners).prop_map(|owner| Step::Release { owner }),
-        5 => advance_strategy().prop_map(|micros| Step::Advance { micros }),
-        1 => (-1i64..=1).prop_map(|offset| Step::ToLeaseExpiry { offset }),
-        1 => (any::<Index>(), -1i64..=1)
-            .prop_map(|(pick, offset)| Step::ToContenderExpiry { pick, offset }),
-    ]
-}
-
-fn scenario_strategy() -> impl Strategy<Value = Scenario> {
-    (2usize..=6).prop_flat_map(|owners| {
-        (
-            -1_000_000_000_000i64..=2_000_000_000_000_000,
-            prop::collection::vec(-3i64..=3, owners),
-            prop::collection::vec(step_strategy(owners), 1..=60),
-        )
-            .prop_map(|(start, priorities, steps)| Scenario {
-                start,
-                priorities,
-                steps,
-            })
-    })
-}
-
-/// Owner names, varied on purpose: multi-byte UTF-8, one byte, exactly 255 bytes.
-fn owner_name(index: usize) -> String {
-    match index {
-        0 => "pod-a".to_owned(),
-        1 => "pod-b".to_owned(),
-        2 => "βeta".to_owned(),
-        3 => "ünïcødé-🦀".to_owned(),
-        4 => "x".to_owned(),
-        _ => format!("{}{index}", "é".repeat(127)),
-    }
-}
 
 /// Whole microseconds in `d`, computed here and not by the domain.
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_nanos() / 1_000).unwrap_or(i64::MAX)
 }
 
-// ---------------------------------------------------------------------------------------------
-// The reference model: the contract, naively, in integers.
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 struct ModelLease {
-    owner: usize,
+    owner: String,
     priority: i64,
     token: u64,
     acquired_at: i64,
@@ -195,32 +84,23 @@ impl ModelContender {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Created,
-    Renewed,
-    Reacquired,
-    TakenOver,
-    Standby,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Expected {
-    kind: Kind,
-    status: LeaseStatus,
-    token: u64,
-}
-
+/// One lease of the model.
 #[derive(Clone, Default, Debug)]
-struct Model {
+struct ModelState {
     lease: Option<ModelLease>,
-    contenders: BTreeMap<usize, ModelContender>,
+    contenders: BTreeMap<String, ModelContender>,
 }
 
-impl Model {
-    fn request(&mut self, owner: usize, priority: i64, ttl: i64, now: i64) -> Expected {
+/// Every lease of the model, by name.
+#[derive(Default, Debug)]
+struct Model {
+    leases: BTreeMap<String, ModelState>,
+}
+
+impl ModelState {
+    fn request(&mut self, owner: &str, priority: i64, ttl: i64, now: i64) -> Transition {
         self.contenders.insert(
-            owner,
+            owner.to_owned(),
             ModelContender {
                 priority,
                 last_seen: now,
@@ -228,19 +108,19 @@ impl Model {
             },
         );
         self.contenders
-            .retain(|&other, c| other == owner || c.live_at(now));
+            .retain(|other, c| other == owner || c.live_at(now));
         let fresh = |token| ModelLease {
-            owner,
+            owner: owner.to_owned(),
             priority,
             token,
             acquired_at: now,
             heartbeat_at: now,
             ttl,
         };
-        let kind = match self.lease {
+        match self.lease.clone() {
             None => {
                 self.lease = Some(fresh(1));
-                Kind::Created
+                Transition::Created
             }
             Some(lease) if lease.live_at(now) && lease.owner == owner => {
                 self.lease = Some(ModelLease {
@@ -249,596 +129,145 @@ impl Model {
                     ttl,
                     ..lease
                 });
-                Kind::Renewed
+                Transition::Renewed
             }
-            Some(lease) if lease.live_at(now) => Kind::Standby,
+            Some(lease) if lease.live_at(now) => Transition::Standby,
             Some(lease) => {
                 self.lease = Some(fresh(lease.token + 1));
                 if lease.owner == owner {
-                    Kind::Reacquired
+                    Transition::Reacquired
                 } else {
-                    Kind::TakenOver
+                    Transition::TakenOver
                 }
             }
-        };
-        let token = self.lease.map_or(0, |l| l.token);
-        let status = if kind == Kind::Standby {
+        }
+    }
+
+    fn status(&self, transition: Transition, owner: &str, now: i64) -> LeaseStatus {
+        let priority = self.lease.as_ref().map_or(0, |l| l.priority);
+        if transition == Transition::Standby {
             LeaseStatus::Standby
         } else if self
             .contenders
             .iter()
-            .any(|(&other, c)| other != owner && c.live_at(now) && c.priority > priority)
+            .any(|(other, c)| other != owner && c.live_at(now) && c.priority > priority)
         {
             LeaseStatus::LeaderStepDownRequested
         } else {
             LeaseStatus::Leader
-        };
-        Expected {
-            kind,
-            status,
-            token,
         }
     }
 
-    fn release(&mut self, owner: usize, now: i64) {
+    /// Backdates the holder's heartbeat to `min(heartbeat_at, now - ttl)`; says whether that
+    /// changed it.
+    fn release(&mut self, owner: &str, now: i64) -> bool {
+        let mut touched = false;
         if let Some(lease) = self.lease.as_mut()
             && lease.owner == owner
+            && now - lease.ttl < lease.heartbeat_at
         {
-            lease.heartbeat_at = lease.heartbeat_at.min(now - lease.ttl);
+            lease.heartbeat_at = now - lease.ttl;
+            touched = true;
         }
-        self.contenders.remove(&owner);
+        self.contenders.remove(owner);
+        touched
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The storage: what a backend keeps, written only as the domain's outcomes say.
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
-struct Storage {
-    record: Option<Lease>,
-    contenders: BTreeMap<Owner, Contender>,
+fn lease_of(name: &LeaseName, l: &ModelLease) -> Result<Lease, BoxError> {
+    Ok(Lease {
+        lease_name: name.clone(),
+        owner: Owner::new(l.owner.as_str())?,
+        priority: l.priority,
+        fencing_token: FencingToken::new(l.token).ok_or("a model token of 0")?,
+        acquired_at: Timestamp::from_micros(l.acquired_at),
+        heartbeat_at: Timestamp::from_micros(l.heartbeat_at),
+        ttl: Duration::from_micros(u64::try_from(l.ttl)?),
+    })
 }
 
-impl Storage {
-    fn apply_request(&mut self, outcome: &RequestOutcome) -> Result<(), TestCaseError> {
-        match outcome.transition.record_write() {
-            RecordWrite::Insert => {
-                prop_assert!(self.record.is_none(), "Insert asked while a record exists");
-                self.record = Some(outcome.response.lease.clone());
-            }
-            RecordWrite::Update => {
-                prop_assert!(self.record.is_some(), "Update asked while no record exists");
-                self.record = Some(outcome.response.lease.clone());
-            }
-            RecordWrite::None => {}
-        }
-        for owner in &outcome.pruned {
-            prop_assert!(
-                self.contenders.remove(owner).is_some(),
-                "pruned {owner}, which was not registered"
-            );
-        }
-        self.contenders
-            .insert(outcome.contender.owner.clone(), outcome.contender.clone());
-        Ok(())
-    }
-
-    fn release(&mut self, lease_name: &LeaseName, owner: &Owner, now: Timestamp) -> TestResult {
-        let outcome = decide_release(self.record.as_ref(), lease_name, owner, now)
-            .map_err(|e| fail(format!("decide_release failed: {e}")))?;
-        prop_assert_eq!(
-            &outcome.withdrawn,
-            owner,
-            "withdrew someone else's registration"
-        );
-        if let Some(updated) = outcome.updated {
-            prop_assert!(
-                self.record.is_some(),
-                "a release wrote a record where there was none"
-            );
-            self.record = Some(updated);
-        }
-        self.contenders.remove(&outcome.withdrawn);
-        Ok(())
-    }
-}
-
-type TestResult = Result<(), TestCaseError>;
-
-// ---------------------------------------------------------------------------------------------
-// The harness: plays a scenario and checks every step.
-// ---------------------------------------------------------------------------------------------
-
-/// A response that gave the lease to an owner: valid until `expires` unless it released.
-#[derive(Clone, Copy, Debug)]
-struct Grant {
-    token: u64,
-    at: i64,
-    expires: i64,
-}
-
-#[derive(Default, Debug)]
-struct Coverage {
-    cases: u64,
-    steps: u64,
-    created: u64,
-    renewed: u64,
-    reacquired: u64,
-    taken_over: u64,
-    standby: u64,
-    step_down: u64,
-    holder_releases: u64,
-    other_releases: u64,
-    acquired_after_release: u64,
-    acquired_at_exact_expiry: u64,
-    pruned: u64,
-}
-
-struct Harness<'a> {
-    lease_name: LeaseName,
-    owners: Vec<Owner>,
-    priorities: Vec<i64>,
-    now: i64,
-    storage: Storage,
-    model: Model,
-    /// The latest grant to each owner, forgotten when the owner releases.
-    grants: BTreeMap<usize, Grant>,
-    /// Which owner each token was ever given to.
-    token_owner: BTreeMap<u64, usize>,
-    /// The highest token seen so far, in any record or response.
-    highest_token: u64,
-    /// The token of a lease its holder released, until the next request.
-    released_token: Option<u64>,
-    coverage: &'a RefCell<Coverage>,
-}
-
-impl<'a> Harness<'a> {
-    fn new(scenario: &Scenario, coverage: &'a RefCell<Coverage>) -> Result<Self, TestCaseError> {
-        let owners = (0..scenario.priorities.len())
-            .map(|i| Owner::new(owner_name(i)).map_err(|e| fail(format!("owner name: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Harness {
-            lease_name: LeaseName::new(LEASE).map_err(|e| fail(format!("lease name: {e}")))?,
-            owners,
-            priorities: scenario.priorities.clone(),
-            now: scenario.start,
-            storage: Storage::default(),
-            model: Model::default(),
-            grants: BTreeMap::new(),
-            token_owner: BTreeMap::new(),
-            highest_token: 0,
-            released_token: None,
-            coverage,
-        })
-    }
-
-    fn owner_index(&self, owner: &Owner) -> Result<usize, TestCaseError> {
-        self.owners
-            .iter()
-            .position(|o| o == owner)
-            .ok_or_else(|| fail(format!("unknown owner {owner:?} in storage")))
-    }
-
-    fn step(&mut self, step: &Step) -> TestResult {
-        self.coverage.borrow_mut().steps += 1;
-        match *step {
-            Step::Request {
-                owner,
-                priority,
-                ttl,
-            } => self.request(owner, priority.unwrap_or(self.priorities[owner]), ttl)?,
-            Step::Release { owner } => self.release(owner)?,
-            Step::Advance { micros } => self.now += micros,
-            Step::ToLeaseExpiry { offset } => {
-                if let Some(lease) = &self.storage.record {
-                    let target = lease.heartbeat_at.as_micros() + micros(lease.ttl) + offset;
-                    self.now = self.now.max(target);
-                }
-            }
-            Step::ToContenderExpiry { pick, offset } => {
-                let stored = &self.storage.contenders;
-                if !stored.is_empty()
-                    && let Some(c) = stored.values().nth(pick.index(stored.len()))
-                {
-                    let target = c.last_seen.as_micros() + micros(c.ttl) + offset;
-                    self.now = self.now.max(target);
-                }
-            }
-        }
-        self.check_common()
-    }
-
-    fn request(&mut self, who: usize, priority: i64, ttl: Duration) -> TestResult {
-        let request = LeaseRequest::new(LEASE, self.owners[who].as_str(), priority, ttl)
-            .validate()
-            .map_err(|e| fail(format!("a valid request was refused: {e}")))?;
-        let now = self.now;
-        let before = self.storage.record.clone();
-        let registered: Vec<Contender> = self.storage.contenders.values().cloned().collect();
-        let outcome = decide_request(
-            before.as_ref(),
-            &registered,
-            &request,
-            Timestamp::from_micros(now),
-        )
-        .map_err(|e| fail(format!("decide_request failed: {e}")))?;
-        prop_assert!(
-            !outcome.pruned.contains(&self.owners[who]),
-            "the requester itself was pruned"
-        );
-        self.storage.apply_request(&outcome)?;
-        let expected = self.model.request(who, priority, micros(ttl), now);
-        let response = &outcome.response;
-        let record = self
-            .storage
-            .record
-            .clone()
-            .ok_or_else(|| fail("no record after a request"))?;
-        let record_token = record.fencing_token.get();
-        let record_expires = record.heartbeat_at.as_micros() + micros(record.ttl);
-        let before_live = before
-            .as_ref()
-            .map(|l| now < l.heartbeat_at.as_micros() + micros(l.ttl));
-
-        // The response is consistent with itself and with the storage.
-        prop_assert_eq!(
-            response.fencing_token,
-            response.lease.fencing_token,
-            "response token differs from its lease's token"
-        );
-        prop_assert_eq!(
-            &response.lease,
-            &record,
-            "response.lease is not the stored record"
-        );
-        prop_assert_eq!(
-            response.status.holds_lease(),
-            outcome.transition.holds_lease(),
-            "status {:?} disagrees with transition {:?}",
-            response.status,
-            outcome.transition
-        );
-
-        // One live holder: whoever holds is the live record's owner; a standby is not.
-        let holds = response.status.holds_lease();
-        prop_assert!(
-            now < record_expires,
-            "after a request the record is not live at now"
-        );
-        if holds {
-            prop_assert_eq!(
-                &record.owner,
-                &self.owners[who],
-                "holder is not the record's owner"
-            );
-        } else {
-            prop_assert_ne!(
-                &record.owner,
-                &self.owners[who],
-                "the live owner was told Standby"
-            );
-        }
-
-        // Tokens.
-        match (&before, before_live) {
-            (None, _) => {
-                prop_assert!(holds, "the first request did not acquire");
-                prop_assert_eq!(record_token, 1, "the first acquisition's token is not 1");
-            }
-            (Some(prev), Some(false)) => {
-                prop_assert!(holds, "a request on an expired lease did not acquire");
-                prop_assert_eq!(
-                    record_token,
-                    prev.fencing_token.get() + 1,
-                    "acquiring a lease that was not live must add exactly one to the token"
-                );
-                prop_assert_eq!(record.acquired_at.as_micros(), now, "acquired_at not now");
-            }
-            (Some(prev), _) if prev.owner == self.owners[who] => {
-                prop_assert_eq!(outcome.transition, Transition::Renewed, "not a renewal");
-                prop_assert_eq!(
-                    record_token,
-                    prev.fencing_token.get(),
-                    "a renewal of a live lease changed the token"
-                );
-                prop_assert_eq!(
-                    record.acquired_at,
-                    prev.acquired_at,
-                    "renewal moved acquired_at"
-                );
-                prop_assert_eq!(
-                    record.heartbeat_at.as_micros(),
-                    now,
-                    "renewal heartbeat not now"
-                );
-            }
-            (Some(prev), _) => {
-                // Standby: the holder's token, and the record untouched.
-                prop_assert_eq!(response.status, LeaseStatus::Standby);
-                prop_assert_eq!(
-                    outcome.transition.record_write(),
-                    RecordWrite::None,
-                    "a standby wrote the record"
-                );
-                prop_assert_eq!(&record, prev, "a standby changed the record");
-                prop_assert_eq!(
-                    response.fencing_token,
-                    prev.fencing_token,
-                    "a standby's token is not the holder's"
-                );
-            }
-        }
-        if let Some(released) = self.released_token.take() {
-            prop_assert!(holds, "the first request after a release did not acquire");
-            prop_assert_eq!(
-                record_token,
-                released + 1,
-                "the first acquisition after a release must add one to the token"
-            );
-            self.coverage.borrow_mut().acquired_after_release += 1;
-        }
-        if holds {
-            prop_assert_eq!(record.priority, priority, "holder's priority not updated");
-            prop_assert_eq!(micros(record.ttl), micros(ttl), "holder's ttl not updated");
-            self.grant(who, record_token, record_expires)?;
-        }
-
-        // Step-down, judged on the stored registrations.
-        let outranked = self.storage.contenders.values().any(|c| {
-            c.owner != record.owner
-                && now < c.last_seen.as_micros() + micros(c.ttl)
-                && c.priority > record.priority
-        });
-        prop_assert_eq!(
-            response.status == LeaseStatus::LeaderStepDownRequested,
-            holds && outranked,
-            "step-down must be asked exactly of a holder outranked by a live contender"
-        );
-
-        // Bounded registry: only the requester may be stale, and it is fresh.
-        prop_assert!(self.storage.contenders.len() <= self.owners.len());
-        for c in self.storage.contenders.values() {
-            if c.owner == self.owners[who] {
-                prop_assert_eq!(c.last_seen.as_micros(), now, "registration not refreshed");
-                prop_assert_eq!(c.priority, priority);
-                prop_assert_eq!(micros(c.ttl), micros(ttl));
-            } else {
-                prop_assert!(
-                    now < c.last_seen.as_micros() + micros(c.ttl),
-                    "a stale registration of {} survived a request",
-                    c.owner
-                );
-            }
-        }
-
-        // The reference model agrees on everything.
-        let kind = match outcome.transition {
-            Transition::Created => Kind::Created,
-            Transition::Renewed => Kind::Renewed,
-            Transition::Reacquired => Kind::Reacquired,
-            Transition::TakenOver => Kind::TakenOver,
-            Transition::Standby => Kind::Standby,
-        };
-        prop_assert_eq!(kind, expected.kind, "transition differs from the model");
-        prop_assert_eq!(
-            response.status,
-            expected.status,
-            "status differs from the model"
-        );
-        prop_assert_eq!(record_token, expected.token, "token differs from the model");
-
-        let mut cov = self.coverage.borrow_mut();
-        match kind {
-            Kind::Created => cov.created += 1,
-            Kind::Renewed => cov.renewed += 1,
-            Kind::Reacquired => cov.reacquired += 1,
-            Kind::TakenOver => cov.taken_over += 1,
-            Kind::Standby => cov.standby += 1,
-        }
-        if response.status == LeaseStatus::LeaderStepDownRequested {
-            cov.step_down += 1;
-        }
-        if kind != Kind::Created
-            && before_live == Some(false)
-            && before
+impl DecisionSystem for Model {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        let now = now.as_micros();
+        let state = self
+            .leases
+            .entry(request.lease_name.as_str().to_owned())
+            .or_default();
+        let owner = request.owner.as_str();
+        let transition = state.request(owner, request.priority, micros(request.ttl), now);
+        let status = state.status(transition, owner, now);
+        let lease = lease_of(
+            &request.lease_name,
+            state
+                .lease
                 .as_ref()
-                .map(|l| l.heartbeat_at.as_micros() + micros(l.ttl))
-                == Some(now)
-        {
-            cov.acquired_at_exact_expiry += 1;
-        }
-        cov.pruned += outcome.pruned.len() as u64;
-        Ok(())
+                .ok_or("no model record after a request")?,
+        )?;
+        Ok(Decided::new(LeaseResponse {
+            status,
+            fencing_token: lease.fencing_token,
+            lease,
+        })
+        .with_transition(transition))
     }
 
-    /// Records a grant of `token` to `who`, checking that no other owner still holds one.
-    fn grant(&mut self, who: usize, token: u64, expires: i64) -> TestResult {
-        let now = self.now;
-        for (&other, g) in &self.grants {
-            prop_assert!(
-                other == who || g.expires <= now,
-                "two live holders: owner {} got token {} at {} valid until {}, and owner {} \
-                 gets token {} at {}{}",
-                other,
-                g.token,
-                g.at,
-                g.expires,
-                who,
-                token,
-                now,
-                if g.at == now {
-                    " (the same instant)"
-                } else {
-                    ""
-                }
-            );
-        }
-        let first_owner = *self.token_owner.entry(token).or_insert(who);
-        prop_assert_eq!(first_owner, who, "token {} given to two owners", token);
-        self.grants.insert(
-            who,
-            Grant {
-                token,
-                at: now,
-                expires,
-            },
-        );
-        Ok(())
+    fn release(
+        &mut self,
+        lease_name: &LeaseName,
+        owner: &Owner,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let state = self
+            .leases
+            .entry(lease_name.as_str().to_owned())
+            .or_default();
+        Ok(state.release(owner.as_str(), now.as_micros()))
     }
 
-    fn release(&mut self, who: usize) -> TestResult {
-        let now = Timestamp::from_micros(self.now);
-        let owner = self.owners[who].clone();
-        let before = self.storage.record.clone();
-
-        self.storage.release(&self.lease_name, &owner, now)?;
-        let once = self.storage.clone();
-        self.storage.release(&self.lease_name, &owner, now)?;
-        prop_assert_eq!(
-            &self.storage,
-            &once,
-            "releasing twice differs from releasing once"
-        );
-
-        self.model.release(who, self.now);
-        self.grants.remove(&who);
-        prop_assert!(
-            !self.storage.contenders.contains_key(&owner),
-            "the releaser is still registered"
-        );
-
-        match (&before, &self.storage.record) {
-            (Some(prev), Some(after)) if prev.owner == owner => {
-                prop_assert!(
-                    self.now >= after.heartbeat_at.as_micros() + micros(after.ttl),
-                    "a released lease is still live at now"
-                );
-                prop_assert_eq!(
-                    after.heartbeat_at.as_micros(),
-                    prev.heartbeat_at
-                        .as_micros()
-                        .min(self.now - micros(prev.ttl)),
-                    "heartbeat not backdated to min(heartbeat_at, now - ttl)"
-                );
-                prop_assert_eq!(
-                    &Lease {
-                        heartbeat_at: prev.heartbeat_at,
-                        ..after.clone()
-                    },
-                    prev,
-                    "a release changed more than the heartbeat"
-                );
-                self.released_token = Some(prev.fencing_token.get());
-                self.coverage.borrow_mut().holder_releases += 1;
-            }
-            (prev, after) => {
-                prop_assert_eq!(after, prev, "a release by a non-holder touched the record");
-                self.coverage.borrow_mut().other_releases += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks that hold after every step: the storage equals the model, tokens never go back.
-    fn check_common(&mut self) -> TestResult {
-        let observed = match &self.storage.record {
-            None => None,
-            Some(l) => {
-                prop_assert_eq!(&l.lease_name, &self.lease_name);
-                prop_assert_eq!(l.ttl.subsec_nanos() % 1_000, 0, "ttl not truncated to µs");
-                Some(ModelLease {
-                    owner: self.owner_index(&l.owner)?,
-                    priority: l.priority,
-                    token: l.fencing_token.get(),
-                    acquired_at: l.acquired_at.as_micros(),
-                    heartbeat_at: l.heartbeat_at.as_micros(),
-                    ttl: micros(l.ttl),
-                })
-            }
+    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
+        let Some(state) = self.leases.get(lease_name.as_str()) else {
+            return Ok(Observed::default());
         };
-        prop_assert_eq!(
-            observed,
-            self.model.lease,
-            "stored record differs from the model"
-        );
-
-        let mut registered = BTreeMap::new();
-        for (key, c) in &self.storage.contenders {
-            prop_assert_eq!(key, &c.owner);
-            prop_assert_eq!(&c.lease_name, &self.lease_name);
-            prop_assert_eq!(c.ttl.subsec_nanos() % 1_000, 0, "ttl not truncated to µs");
-            registered.insert(
-                self.owner_index(&c.owner)?,
-                ModelContender {
+        let record = state
+            .lease
+            .as_ref()
+            .map(|l| lease_of(lease_name, l))
+            .transpose()?;
+        let stored = state
+            .contenders
+            .iter()
+            .map(|(owner, c)| {
+                Ok(Contender {
+                    lease_name: lease_name.clone(),
+                    owner: Owner::new(owner.as_str())?,
                     priority: c.priority,
-                    last_seen: c.last_seen.as_micros(),
-                    ttl: micros(c.ttl),
-                },
-            );
-        }
-        prop_assert_eq!(
-            &registered,
-            &self.model.contenders,
-            "stored registrations differ from the model"
-        );
-        prop_assert!(
-            registered.len() <= self.owners.len(),
-            "more registrations than owners"
-        );
-
-        let token = observed.map_or(0, |l| l.token);
-        prop_assert!(
-            token >= self.highest_token,
-            "the token went back from {} to {}",
-            self.highest_token,
-            token
-        );
-        self.highest_token = token;
-        Ok(())
+                    last_seen: Timestamp::from_micros(c.last_seen),
+                    ttl: Duration::from_micros(u64::try_from(c.ttl)?),
+                })
+            })
+            .collect::<Result<Vec<Contender>, BoxError>>()?;
+        let live = stored
+            .iter()
+            .filter(|c| c.is_live_at(now))
+            .cloned()
+            .collect();
+        Ok(Observed::new(record, live).with_stored_contenders(stored))
     }
-}
-
-fn run_scenario(scenario: &Scenario, coverage: &RefCell<Coverage>) -> TestResult {
-    coverage.borrow_mut().cases += 1;
-    let mut harness = Harness::new(scenario, coverage)?;
-    for step in &scenario.steps {
-        harness.step(step)?;
-    }
-    Ok(())
 }
 
 #[test]
 fn lease_state_machine_matches_the_model() {
-    let config = config();
-    let cases = config.cases;
-    let coverage = RefCell::new(Coverage::default());
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&scenario_strategy(), |scenario| {
-        run_scenario(&scenario, &coverage)
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    let cov = coverage.into_inner();
-    eprintln!("{cases} cases: {cov:?}");
-    // The generator must reach every rule; otherwise the properties above prove little.
-    if cases >= 100 {
-        for (what, count) in [
-            ("created", cov.created),
-            ("renewed", cov.renewed),
-            ("reacquired", cov.reacquired),
-            ("taken over", cov.taken_over),
-            ("standby", cov.standby),
-            ("step-down", cov.step_down),
-            ("holder releases", cov.holder_releases),
-            ("other releases", cov.other_releases),
-            ("acquired after release", cov.acquired_after_release),
-            ("acquired at exact expiry", cov.acquired_at_exact_expiry),
-            ("pruned", cov.pruned),
-        ] {
-            assert!(count > 0, "no {what} in {cases} cases: {cov:?}");
-        }
+    let config = differential::Config::from_env_or(DEFAULT_CASES);
+    match differential::check_decisions_with(config, &mut Model::default()) {
+        Ok(report) => eprintln!(
+            "{} cases, {} steps: {:?}",
+            report.cases, report.steps, report.coverage
+        ),
+        Err(mismatch) => panic!("{mismatch}"),
     }
 }
 

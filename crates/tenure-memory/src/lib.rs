@@ -31,10 +31,12 @@
 
 mod log;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tenure_ports::Timestamp;
+use tenure_ports::domain::ValidLeaseRequest;
 use tenure_ports::domain::{self, RecordWrite};
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Clock, Contender, EventPosition, EventQuery,
@@ -55,7 +57,9 @@ pub struct MemoryEventStorage {
 struct Shared {
     clock: Arc<dyn Clock>,
     closed: AtomicBool,
-    leases: Mutex<BTreeMap<LeaseName, LeaseEntry>>,
+    /// The leases, spread over shards by name, each shard with a lock of its own: calls on one
+    /// lease are serialized, and calls on different leases rarely wait on each other.
+    leases: [ShardLock; SHARDS],
     /// The log has a lock of its own: appends and reads never wait on a lease call.
     log: Mutex<LogState>,
 }
@@ -77,10 +81,75 @@ impl LogState {
 }
 
 /// One lease's record and its contenders, kept together so that one lock covers a decision.
-#[derive(Debug, Default)]
+///
+/// The registrations are a plain `Vec`, in the shape the domain reads them, so that a decision
+/// is made on them in place; the registry is bounded (stale ones are pruned at every request),
+/// so a linear search stays short.
+#[derive(Debug)]
 struct LeaseEntry {
+    /// The validated name, shared (not copied) by every record and answer of this lease.
+    name: LeaseName,
     record: Option<Lease>,
-    contenders: HashMap<Owner, Contender>,
+    contenders: Vec<Contender>,
+}
+
+impl LeaseEntry {
+    fn new(name: LeaseName) -> Self {
+        LeaseEntry {
+            name,
+            record: None,
+            contenders: Vec::new(),
+        }
+    }
+
+    /// The validated `owner` this lease already knows (a registration or the record's
+    /// holder), shared rather than copied; `None` for an owner it has not seen.
+    fn known_owner(&self, owner: &str) -> Option<Owner> {
+        self.contenders
+            .iter()
+            .map(|c| &c.owner)
+            .chain(self.record.as_ref().map(|r| &r.owner))
+            .find(|known| **known == *owner)
+            .cloned()
+    }
+
+    /// Decides `request` (checked; its ttl truncated to `ttl`) at `now` and writes what the
+    /// outcome says.
+    fn decide_request(
+        &mut self,
+        request: &LeaseRequest,
+        ttl: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<LeaseResponse, EventStorageError> {
+        let owner = match self.known_owner(&request.owner) {
+            Some(owner) => owner,
+            None => Owner::new(&request.owner)?,
+        };
+        let request = ValidLeaseRequest {
+            lease_name: self.name.clone(),
+            owner,
+            priority: request.priority,
+            ttl,
+        };
+        let outcome =
+            domain::decide_request(self.record.as_ref(), &self.contenders, &request, now)?;
+        if outcome.transition.record_write() != RecordWrite::None {
+            store_record(&mut self.record, &outcome.response.lease);
+        }
+        if !outcome.pruned.is_empty() {
+            self.contenders
+                .retain(|c| !outcome.pruned.contains(&c.owner));
+        }
+        match self
+            .contenders
+            .iter_mut()
+            .find(|c| c.owner == outcome.contender.owner)
+        {
+            Some(registration) => *registration = outcome.contender,
+            None => self.contenders.push(outcome.contender),
+        }
+        Ok(outcome.response)
+    }
 }
 
 impl MemoryEventStorage {
@@ -107,7 +176,7 @@ impl MemoryEventStorage {
             shared: Arc::new(Shared {
                 clock,
                 closed: AtomicBool::new(false),
-                leases: Mutex::new(BTreeMap::new()),
+                leases: std::array::from_fn(|_| ShardLock(Mutex::new(Shard::new()))),
                 log: Mutex::new(LogState { log, journal }),
             }),
         }
@@ -122,8 +191,9 @@ impl MemoryEventStorage {
     /// The registry is bounded: registrations that are no longer live are pruned.
     pub fn contender_registrations(&self) -> Result<usize, EventStorageError> {
         Ok(self
-            .lock()?
-            .values()
+            .lock_all()?
+            .iter()
+            .flat_map(|shard| shard.values())
             .map(|entry| entry.contenders.len())
             .sum())
     }
@@ -140,20 +210,80 @@ impl MemoryEventStorage {
             .unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Locks the state. No lock is ever held across an `.await`: every method locks, decides
-    /// and unlocks synchronously.
-    fn lock(&self) -> Result<MutexGuard<'_, BTreeMap<LeaseName, LeaseEntry>>, EventStorageError> {
+    /// Locks the shard that holds `lease_name`. No lock is ever held across an `.await`: every
+    /// method locks, decides and unlocks synchronously.
+    fn lock(&self, lease_name: &str) -> Result<MutexGuard<'_, Shard>, EventStorageError> {
+        self.lock_shard(&self.shared.leases[shard_of(lease_name)].0)
+    }
+
+    /// Locks every shard, always in the same order (so that two callers cannot deadlock), for a
+    /// consistent view of all leases.
+    fn lock_all(&self) -> Result<Vec<MutexGuard<'_, Shard>>, EventStorageError> {
+        self.shared
+            .leases
+            .iter()
+            .map(|shard| self.lock_shard(&shard.0))
+            .collect()
+    }
+
+    fn lock_shard<'a>(
+        &self,
+        shard: &'a Mutex<Shard>,
+    ) -> Result<MutexGuard<'a, Shard>, EventStorageError> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(EventStorageError::Closed);
         }
         // A panic while the lock was held cannot leave a half-applied decision behind: the
         // state is only written after the decision is made, so the data is still consistent.
-        Ok(self
-            .shared
-            .leases
+        Ok(shard
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner))
     }
+}
+
+/// Makes `slot` equal to `new`. When the names are the same (a renewal, the common write), only
+/// the other fields are copied, which spares the shared names' reference counts.
+fn store_record(slot: &mut Option<Lease>, new: &Lease) {
+    match slot {
+        Some(old) if old.lease_name == new.lease_name && old.owner == new.owner => {
+            // Exhaustive, so that a field added to `Lease` cannot be forgotten here.
+            let Lease {
+                lease_name: _,
+                owner: _,
+                priority,
+                fencing_token,
+                acquired_at,
+                heartbeat_at,
+                ttl,
+            } = *new;
+            old.priority = priority;
+            old.fencing_token = fencing_token;
+            old.acquired_at = acquired_at;
+            old.heartbeat_at = heartbeat_at;
+            old.ttl = ttl;
+        }
+        _ => *slot = Some(new.clone()),
+    }
+}
+
+/// The number of lease shards.
+const SHARDS: usize = 16;
+
+/// Some of the leases, by name.
+type Shard = BTreeMap<LeaseName, LeaseEntry>;
+
+/// A shard's lock, alone on its cache lines, so that threads busy with leases of different
+/// shards do not slow each other down by writing to one line.
+#[derive(Debug)]
+#[repr(align(128))]
+struct ShardLock(Mutex<Shard>);
+
+/// The shard of `lease_name`: FNV-1a over its bytes, stable across runs.
+fn shard_of(lease_name: &str) -> usize {
+    let hash = lease_name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % SHARDS as u64) as usize
 }
 
 impl Default for MemoryEventStorage {
@@ -176,29 +306,25 @@ impl EventStorage for MemoryEventStorage {
         &self,
         request: &LeaseRequest,
     ) -> Result<LeaseResponse, EventStorageError> {
-        let request = request.validate()?;
-        let mut leases = self.lock()?;
+        // The same checks, in the same order, as `LeaseRequest::validate`; the validated names
+        // are the ones this storage already keeps, when it knows them.
+        let ttl = request.check()?;
+        let mut leases = self.lock(&request.lease_name)?;
         let now = self.shared.clock.now();
-        let entry = leases.entry(request.lease_name.clone()).or_default();
-        let contenders: Vec<Contender> = entry.contenders.values().cloned().collect();
-        let outcome = domain::decide_request(entry.record.as_ref(), &contenders, &request, now)?;
-
-        if outcome.transition.record_write() != RecordWrite::None {
-            entry.record = Some(outcome.response.lease.clone());
+        if let Some(entry) = leases.get_mut(request.lease_name.as_str()) {
+            return entry.decide_request(request, ttl, now);
         }
-        for owner in &outcome.pruned {
-            entry.contenders.remove(owner);
-        }
-        entry
-            .contenders
-            .insert(outcome.contender.owner.clone(), outcome.contender);
-        Ok(outcome.response)
+        let name = LeaseName::new(&request.lease_name)?;
+        leases
+            .entry(name.clone())
+            .or_insert_with(|| LeaseEntry::new(name))
+            .decide_request(request, ttl, now)
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {
         let lease_name = LeaseName::new(lease_name)?;
         let owner = Owner::new(owner)?;
-        let mut leases = self.lock()?;
+        let mut leases = self.lock(lease_name.as_str())?;
         let now = self.shared.clock.now();
         let Some(entry) = leases.get_mut(&lease_name) else {
             return Ok(());
@@ -207,7 +333,7 @@ impl EventStorage for MemoryEventStorage {
         if let Some(updated) = outcome.updated {
             entry.record = Some(updated);
         }
-        entry.contenders.remove(&outcome.withdrawn);
+        entry.contenders.retain(|c| c.owner != outcome.withdrawn);
         if entry.record.is_none() && entry.contenders.is_empty() {
             leases.remove(&lease_name);
         }
@@ -215,15 +341,15 @@ impl EventStorage for MemoryEventStorage {
     }
 
     async fn get_leases(&self) -> Result<LeaseSnapshot, EventStorageError> {
-        let leases = self.lock()?;
+        let shards = self.lock_all()?;
         let now = self.shared.clock.now();
-        Ok(LeaseSnapshot {
-            now,
-            leases: leases
-                .values()
-                .filter_map(|entry| entry.record.clone())
-                .collect(),
-        })
+        let mut leases: Vec<Lease> = shards
+            .iter()
+            .flat_map(|shard| shard.values())
+            .filter_map(|entry| entry.record.clone())
+            .collect();
+        leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
+        Ok(LeaseSnapshot { now, leases })
     }
 
     async fn get_lease_contenders(
@@ -231,14 +357,14 @@ impl EventStorage for MemoryEventStorage {
         lease_name: &str,
     ) -> Result<Vec<Contender>, EventStorageError> {
         let lease_name = LeaseName::new(lease_name)?;
-        let leases = self.lock()?;
+        let leases = self.lock(lease_name.as_str())?;
         let now = self.shared.clock.now();
         let mut live: Vec<Contender> = leases
             .get(&lease_name)
             .map(|entry| {
                 entry
                     .contenders
-                    .values()
+                    .iter()
                     .filter(|c| c.is_live_at(now))
                     .cloned()
                     .collect()

@@ -22,7 +22,7 @@
 //! 3. applies [`decide_request`](domain::decide_request) or
 //!    [`decide_release`](domain::decide_release), writing exactly what the outcome says.
 //!
-//! Then it runs `tenure_tck::tck_suite!` in its tests.
+//! Then it runs `tenure_tck::tck_suite!` in a test target with `harness = false`.
 
 #![deny(missing_docs)]
 

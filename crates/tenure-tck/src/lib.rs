@@ -2,10 +2,24 @@
 //!
 //! Every backend, ours or a third party's, proves that it keeps the lease contract by passing
 //! this kit. An adapter's author writes a factory that makes a fresh storage, and one macro
-//! call turns every scenario into a `#[test]` of its own, named after the scenario:
+//! call turns the kit into a test target of its own, one test per scenario, named after it.
 //!
+//! In the backend crate's `Cargo.toml` (the kit brings its own harness, so that a skipped
+//! scenario shows as skipped):
+//!
+//! ```toml
+//! [dev-dependencies]
+//! tenure-tck = "0.1"
+//! tokio = { version = "1", features = ["rt"] }
+//!
+//! [[test]]
+//! name = "tck"
+//! harness = false
 //! ```
-//! // tests/tck.rs of a backend crate
+//!
+//! and in `tests/tck.rs`:
+//!
+//! ```no_run
 //! use tenure_ports::{async_trait, Capabilities, EventStorage};
 //! use tenure_tck::Subject;
 //!
@@ -21,13 +35,23 @@
 //! tenure_tck::tck_suite!(|| async { Subject::new(MyStorage) });
 //! ```
 //!
-//! A backend whose clock can be moved hands the kit a handle on it with
-//! [`Subject::with_clock`]; `crates/tenure-memory/tests/tck.rs` is the complete example, and
-//! `examples/partial-adapter` in the repository shows a backend without leases whose lease
-//! scenarios are reported as skipped.
+//! `cargo test --test tck` then runs `lease_first_acquisition`, `lease_renewal_keeps_token`, …
+//! (libtest's options work: a filter, `--exact`, `--test-threads`, `--list`) and closes with
+//! libtest's summary and the kit's own line:
 //!
-//! `cargo test` then lists `lease_first_acquisition`, `lease_renewal_keeps_token`, … and
-//! `tck_covers_every_scenario`, which fails if the suite and the kit ever disagree.
+//! ```text
+//! test lease_first_acquisition ... ignored, skipped: the storage lacks the `lease` capability
+//! …
+//! test result: ok. 0 passed; 0 failed; 35 ignored; 0 measured; 0 filtered out; finished in 0.01s
+//!
+//! tck mine: 0 passed, 0 failed, 35 skipped
+//! ```
+//!
+//! A backend whose clock can be moved hands the kit a handle on it with
+//! [`Subject::with_clock`], and one that needs cleaning up after each scenario a teardown
+//! ([`Subject::with_teardown`]). The guide "Adding a backend" in the repository
+//! (<https://github.com/tenure-rs/tenure/blob/main/docs/adding-a-backend.md>) walks through
+//! a whole adapter, in a crate of its own.
 //!
 //! # Time
 //!
@@ -40,10 +64,16 @@
 //! # Capabilities and skipping
 //!
 //! Each scenario needs a [`Capability`](tenure_ports::Capability). When the storage's
-//! `capabilities()` lack it, the scenario prints `tck: skipped <backend>::<scenario> …` and
-//! returns: libtest has no run-time skip, so the test shows as passed in `cargo test`, and the
-//! line (visible with `--nocapture`) is what `cargo xtask tck` counts as a skip. A scenario that
-//! ran prints `tck: passed …`. A failure panics with `tck: failed <backend>::<scenario>: why`.
+//! `capabilities()` lack it, the scenario does not run and `cargo test` reports it *ignored*,
+//! with the reason (`skipped: the storage lacks the `lease` capability`); it is never counted
+//! as passed. A failure is reported as `tck: failed <suite>::<scenario>: why`. The closing line
+//! `tck <suite>: P passed, F failed, S skipped` is the kit's verdict on the backend.
+//!
+//! # Lease decisions computed outside the domain
+//!
+//! A backend that computes lease decisions in its own code (SQL, another language) instead of
+//! calling `tenure_domain`'s state machine proves that it decides exactly as the domain does
+//! with [`differential::check_decisions`].
 //!
 //! # History checking
 //!
@@ -59,10 +89,12 @@
 #![deny(missing_docs)]
 
 mod check;
+pub mod differential;
 mod events;
 pub mod history;
 mod lease;
 mod subject;
+mod suite;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,7 +102,9 @@ use std::pin::Pin;
 use tenure_ports::Capability;
 
 pub use check::Failure;
+pub use libtest_mimic::Arguments;
 pub use subject::{AdvanceClock, Subject, Teardown, Timing};
+pub use suite::{SuiteSummary, Verdict, run_suite, run_suite_with};
 
 /// The future of one running scenario.
 pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
@@ -100,147 +134,28 @@ pub fn scenarios() -> Vec<Scenario> {
     [lease::SCENARIOS, events::SCENARIOS].concat()
 }
 
-/// What became of one scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// It ran and every check held.
-    Passed,
-    /// The storage lacks the capability it needs.
-    Skipped,
-}
-
-/// Runs the scenario called `name` against a subject made by `factory`, on a multi-threaded
-/// tokio runtime of its own, and prints its verdict.
-///
-/// # Panics
-///
-/// When the scenario fails, when `name` is not a scenario of the kit, or when no runtime can
-/// be built: this is meant to be called from a `#[test]`, where a panic is a failure.
-pub fn run_scenario<F, Fut>(name: &str, factory: F) -> Verdict
-where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Subject>,
-{
-    let Some(scenario) = scenarios().into_iter().find(|s| s.name == name) else {
-        panic!("tck: no scenario is called {name:?}");
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => panic!("tck: cannot build a tokio runtime: {err}"),
-    };
-    runtime.block_on(async move {
-        let subject = factory().await;
-        let backend = subject
-            .suite
-            .clone()
-            .unwrap_or_else(|| subject.storage.name().to_owned());
-        let teardown = subject
-            .teardown
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let offered = subject.storage.capabilities();
-        let missing: Vec<String> = scenario
-            .needs
-            .iter()
-            .filter(|c| !offered.contains(**c))
-            .map(|c| format!("`{c}`"))
-            .collect();
-        let result = if missing.is_empty() {
-            Some((scenario.run)(&subject).await)
-        } else {
-            None
-        };
-        drop(subject);
-        if let Some(teardown) = teardown {
-            teardown.await;
-        }
-        match result {
-            None => {
-                println!(
-                    "tck: skipped {backend}::{name}: the storage lacks the {} capability",
-                    missing.join(" and ")
-                );
-                Verdict::Skipped
-            }
-            Some(Ok(())) => {
-                println!("tck: passed {backend}::{name}");
-                Verdict::Passed
-            }
-            Some(Err(failure)) => panic!("tck: failed {backend}::{name}: {failure}"),
-        }
-    })
-}
-
-/// Expands into one `#[test]` per scenario of the kit, each running against a fresh subject
-/// from `factory` (an expression callable as `Fn() -> impl Future<Output = Subject>`), and a
-/// test `tck_covers_every_scenario` that fails if this list and [`scenarios()`] disagree.
+/// Expands into the `main` of a conformance test target: every scenario of the kit, each
+/// against a fresh subject from `factory` (an expression callable as
+/// `Fn() -> impl Future<Output = Subject>`, `Send + Sync + 'static`), through
+/// [`run_suite`]. The target needs `harness = false` in `Cargo.toml`; under libtest's own
+/// harness, the target instead runs one test, which fails saying so.
 ///
 /// See the [crate documentation](crate) for an example.
 #[macro_export]
 macro_rules! tck_suite {
     ($factory:expr $(,)?) => {
-        $crate::__tck_tests! { $factory;
-            lease_first_acquisition,
-            lease_renewal_keeps_token,
-            lease_second_owner_stands_by,
-            lease_takeover_after_expiry,
-            lease_expired_holder_returns_with_new_token,
-            lease_released_owner_returns_with_new_token,
-            lease_release_hands_over_at_once,
-            lease_release_of_foreign_lease_is_harmless,
-            lease_release_is_idempotent,
-            lease_release_withdraws_contender,
-            lease_step_down_higher_priority,
-            lease_step_down_not_for_equal_or_lower,
-            lease_step_down_ends_when_contender_expires,
-            lease_step_down_ends_when_contender_releases,
-            lease_holder_ignoring_step_down_keeps_lease,
-            lease_shorter_ttl_shortens_liveness,
-            lease_fifty_handovers,
-            lease_names_are_independent,
-            lease_invalid_input_is_refused,
-            lease_contenders_listed_live_only,
-            lease_concurrent_contention,
-            lease_registry_stays_bounded,
-            lease_closed_storage_refuses_calls,
-            events_append_assigns_positions,
-            events_read_filters,
-            events_read_direction_and_limits,
-            events_cursor_pages_through_log,
-            events_condition_conflict,
-            events_idempotent_append,
-            events_payloads_within_the_limits_round_trip,
-            events_invalid_append_stores_nothing,
-            events_concurrent_conditional_appends,
-            events_concurrent_appends_keep_order,
-            bookmarks_place_move_remove,
-            bookmarks_listed_by_reader,
-            bookmarks_must_point_at_stored_event,
-        }
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __tck_tests {
-    ($factory:expr; $($name:ident,)*) => {
-        $(
-            #[test]
-            fn $name() {
-                $crate::run_scenario(stringify!($name), $factory);
-            }
-        )*
-
+        // Compiled only under libtest's own harness, where `main` below never runs: fails
+        // loudly instead of letting the target pass with no scenario run.
         #[test]
-        fn tck_covers_every_scenario() {
-            let listed: &[&str] = &[$(stringify!($name)),*];
-            let known: Vec<&str> = $crate::scenarios().iter().map(|s| s.name).collect();
-            assert_eq!(listed, known.as_slice(), "tck_suite! and tenure_tck::scenarios() disagree");
+        fn tck_suite_needs_harness_false() {
+            panic!(
+                "tenure_tck::tck_suite! brings its own harness: add `[[test]]`, `name = \"<this \
+                 file's name>\"`, `harness = false` to Cargo.toml"
+            );
+        }
+
+        fn main() -> ::std::process::ExitCode {
+            $crate::run_suite($factory)
         }
     };
 }
@@ -254,5 +169,76 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), total);
+    }
+
+    use tenure_ports::{Capabilities, Capability, EventStorage, async_trait};
+
+    /// Claims `capabilities` but implements nothing: every scenario that runs must fail.
+    #[derive(Debug)]
+    struct Pretender(Capabilities);
+
+    #[async_trait]
+    impl EventStorage for Pretender {
+        fn name(&self) -> &str {
+            "pretender"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0
+        }
+    }
+
+    fn quiet() -> super::Arguments {
+        // JSON, so that these inner runs print no `test result:` line of libtest's.
+        super::Arguments::from_iter(["tck", "--format", "json", "--test-threads", "2"])
+    }
+
+    #[test]
+    fn a_storage_without_capabilities_has_every_scenario_skipped() {
+        let summary = super::run_suite_with(&quiet(), || async {
+            super::Subject::new(Pretender(Capabilities::NONE))
+        });
+        let total = super::scenarios().len() as u64;
+        assert_eq!(
+            (summary.passed, summary.failed, summary.skipped),
+            (0, 0, total)
+        );
+        assert_eq!(
+            summary.line().as_deref(),
+            Some(format!("tck pretender: 0 passed, 0 failed, {total} skipped").as_str())
+        );
+    }
+
+    #[test]
+    fn a_storage_that_claims_leases_without_them_fails_the_lease_scenarios() {
+        let summary = super::run_suite_with(&quiet(), || async {
+            super::Subject::new(Pretender(Capabilities::from([Capability::Lease])))
+                .with_suite_name("claims-leases")
+        });
+        let lease = super::scenarios()
+            .iter()
+            .filter(|s| s.needs.contains(&Capability::Lease))
+            .count() as u64;
+        assert!(lease > 0);
+        assert_eq!(summary.suite.as_deref(), Some("claims-leases"));
+        assert_eq!(summary.passed, 0);
+        assert_eq!(summary.failed, lease);
+        assert_eq!(summary.skipped, super::scenarios().len() as u64 - lease);
+        assert!(summary.has_failed());
+    }
+
+    #[test]
+    fn a_filter_runs_only_the_scenarios_it_names() {
+        let args = super::Arguments::from_iter([
+            "tck",
+            "--format",
+            "json",
+            "--exact",
+            "lease_first_acquisition",
+        ]);
+        let summary = super::run_suite_with(&args, || async {
+            super::Subject::new(Pretender(Capabilities::NONE))
+        });
+        assert_eq!(summary.skipped, 1);
+        assert_eq!(summary.filtered_out, super::scenarios().len() as u64 - 1);
     }
 }

@@ -3,8 +3,9 @@
 //! `ReadOnlyLeaseMirror` stands for an adapter written before leases existed, or one that
 //! only reports: it offers no capability, so every lease method keeps the SPI's default body
 //! (`Err(Unsupported(Capability::Lease))`), and the conformance kit reports its lease
-//! scenarios as skipped instead of failing them. Its `tests/tck.rs` is the whole of what an
-//! adapter's author writes to run the kit; `cargo xtask tck --backend partial` shows the skips.
+//! scenarios as skipped instead of failing them. Its `tests/tck.rs` and the `[[test]]` entry
+//! in its `Cargo.toml` are the whole of what an adapter's author writes to run the kit;
+//! `cargo test --test tck` shows the skips as ignored, in its own summary.
 //!
 //! It is an example, not a backend to use: it stores nothing.
 
