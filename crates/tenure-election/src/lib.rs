@@ -69,7 +69,8 @@
 //! events, batches and bookmark lag. The crate installs no recorder or exporter: the
 //! application does (`tenure run --metrics-listen` serves them to Prometheus). The names,
 //! labels and meanings are in `docs/operations.md`. Without the feature, nothing of
-//! `metrics` is compiled in.
+//! `metrics` is compiled in. Call [`describe_metrics`] once the recorder is installed to give
+//! each metric its help text and unit.
 
 #![deny(missing_docs)]
 
@@ -90,6 +91,8 @@ pub use elector::LeaderElector;
 pub use error::ElectorError;
 pub use fencing::{FencingGuard, StaleToken};
 pub use lease::{LeaderLease, LeadershipLost};
+#[cfg(feature = "metrics")]
+pub use metrics::describe_metrics;
 pub use processor::{
     Batch, DEFAULT_BATCH_SIZE, DEFAULT_CALL_TIMEOUT, DEFAULT_IDLE_POLL, Processor, ProcessorConfig,
     ProcessorConfigError, ProcessorError, Projection,

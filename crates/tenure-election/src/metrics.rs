@@ -213,6 +213,50 @@ mod recording {
         gauge!("tenure_processor_bookmark_lag_seconds", "reader" => reader).set(lag);
     }
 
+    /// Gives every metric its help text and unit, in the installed recorder.
+    pub fn describe_metrics() {
+        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+        describe_gauge!(
+            "tenure_leader",
+            "Electors of this process leading the lease (1 while this process leads it, else 0)"
+        );
+        describe_counter!(
+            "tenure_transitions_total",
+            "Transitions of this process's electors, by kind"
+        );
+        describe_counter!(
+            "tenure_storage_calls_total",
+            "Storage calls made by electors and processors, by operation"
+        );
+        describe_counter!(
+            "tenure_storage_errors_total",
+            "Storage calls that failed or timed out, by operation and error kind"
+        );
+        describe_histogram!(
+            "tenure_storage_call_seconds",
+            Unit::Seconds,
+            "Latency of the storage calls that answered, by operation"
+        );
+        describe_histogram!(
+            "tenure_handover_seconds",
+            Unit::Seconds,
+            "Time a new leader saw between the end of the previous tenure and its acquisition"
+        );
+        describe_counter!(
+            "tenure_processor_events_total",
+            "Events projected and bookmarked, by reader"
+        );
+        describe_counter!(
+            "tenure_processor_batches_total",
+            "Batches projected and bookmarked, by reader"
+        );
+        describe_gauge!(
+            "tenure_processor_bookmark_lag_seconds",
+            Unit::Seconds,
+            "This process's clock less the recorded_at of the last event bookmarked, by reader"
+        );
+    }
+
     /// What an elector last saw of another owner's tenure, to time the handover when it
     /// acquires the next one.
     #[derive(Default, Debug)]
@@ -303,6 +347,8 @@ mod recording {
     }
 }
 
+#[cfg(feature = "metrics")]
+pub use recording::describe_metrics;
 pub(crate) use recording::{
     HandoverWatch, lapsed, projected, published, released, started, storage_call, unpublished,
 };
