@@ -174,6 +174,7 @@ struct ModelLease {
     acquired_at: i64,
     heartbeat_at: i64,
     ttl: i64,
+    released_at: Option<i64>,
 }
 
 impl ModelLease {
@@ -236,6 +237,7 @@ impl Model {
             acquired_at: now,
             heartbeat_at: now,
             ttl,
+            released_at: None,
         };
         let kind = match self.lease {
             None => {
@@ -283,8 +285,10 @@ impl Model {
     fn release(&mut self, owner: usize, now: i64) {
         if let Some(lease) = self.lease.as_mut()
             && lease.owner == owner
+            && now - lease.ttl < lease.heartbeat_at
         {
-            lease.heartbeat_at = lease.heartbeat_at.min(now - lease.ttl);
+            lease.heartbeat_at = now - lease.ttl;
+            lease.released_at = Some(now);
         }
         self.contenders.remove(&owner);
     }
@@ -721,13 +725,26 @@ impl<'a> Harness<'a> {
                         .min(self.now - micros(prev.ttl)),
                     "heartbeat not backdated to min(heartbeat_at, now - ttl)"
                 );
+                let backdated = after.heartbeat_at != prev.heartbeat_at;
+                prop_assert_eq!(
+                    after.released_at,
+                    if backdated {
+                        Some(Timestamp::from_micros(self.now))
+                    } else {
+                        prev.released_at
+                    },
+                    "released_at is not the release's instant (or a lease already expired that \
+                     far back was marked released)"
+                );
+                prop_assert_eq!(after.is_released(), backdated || prev.is_released());
                 prop_assert_eq!(
                     &Lease {
                         heartbeat_at: prev.heartbeat_at,
+                        released_at: prev.released_at,
                         ..after.clone()
                     },
                     prev,
-                    "a release changed more than the heartbeat"
+                    "a release changed more than the heartbeat and released_at"
                 );
                 self.released_token = Some(prev.fencing_token.get());
                 self.coverage.borrow_mut().holder_releases += 1;
@@ -754,6 +771,7 @@ impl<'a> Harness<'a> {
                     acquired_at: l.acquired_at.as_micros(),
                     heartbeat_at: l.heartbeat_at.as_micros(),
                     ttl: micros(l.ttl),
+                    released_at: l.released_at.map(Timestamp::as_micros),
                 })
             }
         };
