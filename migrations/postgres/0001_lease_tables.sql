@@ -17,7 +17,9 @@
 -- on each page so that every update of a row is a HOT update (no index write).
 
 -- One row per lease: its holder (or last holder), the fencing token of the current (or last)
--- tenure, and the storage-clock instants of its acquisition and last heartbeat.
+-- tenure, the storage-clock instants of its acquisition and last heartbeat, and of its release
+-- (`released_at`: set by a release that ended the tenure, cleared by the next acquisition, so
+-- that an operator can tell a released lease from an expired one).
 --
 -- `has_contenders` is bookkeeping, not part of the lease: it is false only when the lease is
 -- known to have no row in `{{prefix}}lease_contenders`, so that a holder's renewal, the common
@@ -33,8 +35,21 @@ CREATE TABLE IF NOT EXISTS {{prefix}}leases (
     heartbeat_at   timestamptz      NOT NULL,
     ttl_micros     bigint           NOT NULL,
     has_contenders boolean          NOT NULL DEFAULT true,
+    released_at    timestamptz,
     CONSTRAINT {{prefix}}leases_pkey PRIMARY KEY (lease_name)
 ) WITH (fillfactor = 50);
+-- `released_at` came after the table's first version: add it to a table that lacks it. Looked up
+-- first, because ALTER TABLE locks the table even when there is nothing to do; a nullable column
+-- without a default rewrites nothing.
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{{prefix}}leases'::regclass
+                      AND attname = 'released_at' AND NOT attisdropped) THEN
+        ALTER TABLE {{prefix}}leases ADD COLUMN released_at timestamptz;
+    END IF;
+END
+$do$;
 
 -- One row per (lease, contender): every request registers or refreshes its owner's row, a
 -- release withdraws it, and rows that are no longer live are pruned by the next request.

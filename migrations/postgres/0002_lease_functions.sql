@@ -208,7 +208,7 @@ BEGIN
                 UPDATE {{prefix}}leases
                    SET owner = p_owner, priority = p_priority, fencing_token = o_fencing_token,
                        acquired_at = v_now, heartbeat_at = v_now, ttl_micros = p_ttl_micros,
-                       has_contenders = v_flags & 8 <> 0
+                       has_contenders = v_flags & 8 <> 0, released_at = NULL
                  WHERE lease_name = p_lease_name;
             END IF;
         END IF;
@@ -238,9 +238,10 @@ BEGIN
 
     -- Only the holder's record, and only if it is not already expired that far back: the
     -- heartbeat is backdated to now - ttl, so the lease is expired at once and keeps its owner
-    -- and token. Never a DELETE.
+    -- and token, and the release's instant is kept. Never a DELETE.
     UPDATE {{prefix}}leases l
-       SET heartbeat_at = v_now - l.ttl_micros * interval '1 microsecond'
+       SET heartbeat_at = v_now - l.ttl_micros * interval '1 microsecond',
+           released_at = v_now
      WHERE l.lease_name = p_lease_name
        AND l.owner = p_owner
        AND v_now - l.ttl_micros * interval '1 microsecond' < l.heartbeat_at;

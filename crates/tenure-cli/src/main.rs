@@ -16,6 +16,7 @@ mod backend;
 mod demo;
 mod duration;
 mod guard;
+mod metrics;
 mod run;
 
 use std::ffi::OsString;
@@ -110,6 +111,9 @@ struct RunArgs {
     /// What to do to the lease tables first: ensure (create if missing), validate, or none.
     #[arg(long, default_value = "ensure", value_parser = parse_schema_mode)]
     schema: tenure_postgres::SchemaMode,
+    /// Serve the election's metrics as Prometheus text on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -211,6 +215,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Run(args) => {
             init_logging("warn", None);
+            if let Some(listen) = args.metrics_listen {
+                metrics::serve(listen)?;
+            }
             run::run(run::RunOptions {
                 lease: args.lease,
                 owner: args.owner,

@@ -134,6 +134,8 @@ pub struct ValidLeaseRequest {
 ///
 /// A released or expired lease keeps its record, owner and token; liveness is judged with
 /// [`Lease::is_expired_at`] against an instant from the storage's clock, never the caller's.
+/// How a tenure that is no longer live ended is [`Lease::is_released`]: released by its
+/// holder, or expired.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Lease {
     /// The lease's name.
@@ -150,6 +152,10 @@ pub struct Lease {
     pub heartbeat_at: Timestamp,
     /// The ttl of the holder's last request.
     pub ttl: Duration,
+    /// When the holder released this tenure (storage clock); `None` while it is held and when
+    /// it ended by expiry. A new tenure starts without it. Only records read with
+    /// `get_leases` can carry it: a lease call's answer shows a live tenure.
+    pub released_at: Option<Timestamp>,
 }
 
 impl Lease {
@@ -168,6 +174,13 @@ impl Lease {
     /// Whether the lease is live at `now` (the negation of [`Lease::is_expired_at`]).
     pub fn is_live_at(&self, now: Timestamp) -> bool {
         !self.is_expired_at(now)
+    }
+
+    /// Whether this tenure ended by a release (rather than by expiry): `released_at` is set
+    /// and later than the last heartbeat. (A release backdates the heartbeat below its own
+    /// instant; a heartbeat at or after a release belongs to a later tenure or renewal.)
+    pub fn is_released(&self) -> bool {
+        self.released_at.is_some_and(|at| at > self.heartbeat_at)
     }
 }
 

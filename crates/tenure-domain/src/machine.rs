@@ -154,6 +154,7 @@ pub fn decide_request(
         acquired_at: now,
         heartbeat_at: now,
         ttl: request.ttl,
+        released_at: None,
     };
     let next_token = |lease: &Lease| {
         lease
@@ -223,7 +224,8 @@ pub fn decide_request(
 /// Decides a release of `lease_name` by `owner` at storage time `now`.
 ///
 /// If `owner` holds the record, its heartbeat is backdated so that the lease is expired at
-/// `now` (`heartbeat_at = min(heartbeat_at, now - ttl)`); owner and token stay. A record held
+/// `now` (`heartbeat_at = min(heartbeat_at, now - ttl)`) and `released_at = now`; owner and
+/// token stay. A lease already expired that far back is not touched: it ended by expiry. A record held
 /// by another owner is never touched. The caller's registration is withdrawn either way.
 pub fn decide_release(
     current: Option<&Lease>,
@@ -236,6 +238,7 @@ pub fn decide_release(
         let backdated = now.saturating_sub(lease.ttl);
         (lease.owner == *owner && backdated < lease.heartbeat_at).then(|| Lease {
             heartbeat_at: backdated,
+            released_at: Some(now),
             ..lease.clone()
         })
     });
@@ -316,10 +319,14 @@ mod tests {
         .unwrap();
         let lease = released.updated.unwrap();
         assert!(lease.is_expired_at(at(130)));
+        assert_eq!(lease.released_at, Some(at(130)));
+        assert!(lease.is_released());
         assert_eq!(lease.fencing_token.get(), 1);
         let back = decide_request(Some(&lease), &[], &a, at(130)).unwrap();
         assert_eq!(back.transition, Transition::Reacquired);
         assert_eq!(back.response.fencing_token.get(), 2);
+        assert_eq!(back.response.lease.released_at, None, "a new tenure");
+        assert!(!back.response.lease.is_released());
 
         // b takes over after expiry.
         let over = decide_request(Some(&back.response.lease), &[], &b, at(230)).unwrap();

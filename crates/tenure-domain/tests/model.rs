@@ -63,6 +63,7 @@ struct ModelLease {
     acquired_at: i64,
     heartbeat_at: i64,
     ttl: i64,
+    released_at: Option<i64>,
 }
 
 impl ModelLease {
@@ -116,6 +117,7 @@ impl ModelState {
             acquired_at: now,
             heartbeat_at: now,
             ttl,
+            released_at: None,
         };
         match self.lease.clone() {
             None => {
@@ -167,6 +169,7 @@ impl ModelState {
             && now - lease.ttl < lease.heartbeat_at
         {
             lease.heartbeat_at = now - lease.ttl;
+            lease.released_at = Some(now);
             touched = true;
         }
         self.contenders.remove(owner);
@@ -183,6 +186,7 @@ fn lease_of(name: &LeaseName, l: &ModelLease) -> Result<Lease, BoxError> {
         acquired_at: Timestamp::from_micros(l.acquired_at),
         heartbeat_at: Timestamp::from_micros(l.heartbeat_at),
         ttl: Duration::from_micros(u64::try_from(l.ttl)?),
+        released_at: l.released_at.map(Timestamp::from_micros),
     })
 }
 

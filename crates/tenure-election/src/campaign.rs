@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use tenure_ports::{EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{Instant, sleep_until, timeout};
-use tracing::{debug, info, warn};
+use tokio::time::{Instant, sleep_until};
+use tracing::{Instrument as _, debug, info, warn};
 
 use crate::config::ValidConfig;
+use crate::metrics::{self, HandoverWatch};
+use crate::observe;
 use crate::state::LeadershipState;
 
 /// What an elector handle asks of its campaign.
@@ -31,6 +33,7 @@ pub(crate) struct Campaign {
     request: LeaseRequest,
     state: watch::Sender<LeadershipState>,
     commands: mpsc::UnboundedReceiver<Command>,
+    handover: HandoverWatch,
 }
 
 /// How one request ended, from the loop's point of view.
@@ -50,12 +53,14 @@ impl Campaign {
             request,
             state,
             commands,
+            handover: HandoverWatch::new(),
         }
     }
 
     /// Runs until shut down, or until every handle to the elector is dropped; releases the
     /// lease either way.
     pub(crate) async fn run(mut self) {
+        metrics::started(self.config.lease_name().as_str());
         let mut next_request = Instant::now();
         loop {
             // Between requests: the deadline, a command, or the next tick.
@@ -91,15 +96,26 @@ impl Campaign {
 
             let sent_at = Instant::now();
             next_request = next_tick(next_request, self.config.poll_interval(), sent_at);
-            let answer = self.request_once().await;
-            self.answer(sent_at, answer);
+            let step = observe::step_span(
+                self.config.lease_name(),
+                self.config.owner(),
+                self.state.borrow().leader_token(),
+            );
+            let answer = self.request_once().instrument(step.clone()).await;
+            step.in_scope(|| self.answer(sent_at, answer));
         }
     }
 
     /// Sends one request and waits for its answer (at most the call timeout). Leadership
     /// lapses at its deadline even while the call hangs.
     async fn request_once(&self) -> Answer {
-        let call = timeout(
+        let call = observe::storage_call(
+            "request_lease",
+            (
+                self.config.lease_name(),
+                self.config.owner(),
+                self.state.borrow().leader_token(),
+            ),
             self.config.call_timeout(),
             self.storage.request_lease(&self.request),
         );
@@ -149,6 +165,8 @@ impl Campaign {
     }
 
     fn confirmed(&self, sent_at: Instant, response: LeaseResponse) {
+        self.handover
+            .observe(self.config.lease_name().as_str(), sent_at, &response);
         let token = response.fencing_token;
         let next = match response.status {
             LeaseStatus::Standby => LeadershipState::Standby {
@@ -182,6 +200,7 @@ impl Campaign {
                 token = token.get(), transition = "lost", reason = "lapsed",
                 "leadership lost: no renewal was confirmed within the ttl"
             );
+            metrics::lapsed(self.config.lease_name().as_str());
         }
         self.state.send_replace(LeadershipState::Unknown);
     }
@@ -191,6 +210,7 @@ impl Campaign {
     fn publish(&self, next: LeadershipState) {
         let previous = self.state.borrow().clone();
         log_transition(&self.config, &previous, &next);
+        metrics::published(self.config.lease_name().as_str(), &previous, &next);
         self.state.send_replace(next);
     }
 
@@ -198,10 +218,14 @@ impl Campaign {
     async fn release(&self) -> Result<(), EventStorageError> {
         let previous = self.state.send_replace(LeadershipState::Unknown);
         let (lease, owner) = (self.config.lease_name(), self.config.owner());
-        let result = match timeout(
+        metrics::unpublished(lease.as_str(), &previous);
+        let result = match observe::storage_call(
+            "release_lease",
+            (lease, owner, previous.leader_token()),
             self.config.call_timeout(),
             self.storage.release_lease(lease.as_str(), owner.as_str()),
         )
+        .instrument(observe::release_span(lease, owner, previous.leader_token()))
         .await
         {
             Ok(result) => result,
@@ -225,7 +249,16 @@ impl Campaign {
                 "release failed; a held lease expires after its ttl"
             ),
         }
+        metrics::released(lease.as_str(), &previous, result.is_ok());
         result
+    }
+}
+
+impl Drop for Campaign {
+    /// However the campaign ends (shut down, every handle dropped, aborted), this process no
+    /// longer leads.
+    fn drop(&mut self) {
+        metrics::unpublished(self.config.lease_name().as_str(), &self.state.borrow());
     }
 }
 

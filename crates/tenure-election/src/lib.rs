@@ -55,6 +55,22 @@
 //! `released` and `standby` at info or warn; `renewed` at debug; failed calls at warn
 //! (`renewal_failed`, `unknown`, `release_failed`). A [`Processor`]'s events carry `lease`,
 //! `owner`, `token`, `reader` and an `action` instead (see its docs).
+//!
+//! Each elector step (one request and what came of it) and each release runs in a
+//! `debug` span, and each storage call the elector or a processor makes in a `trace` span
+//! inside it, with the fields `lease`, `owner`, `token` (and `op` for a storage call).
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, the elector and the processor record through the
+//! [`metrics`](https://docs.rs/metrics) facade: a leader gauge per lease
+//! (`tenure_leader{lease}`, 1 while this process leads it), transitions by kind, storage calls,
+//! errors and latency by operation, handover times seen by a new leader, and the processor's
+//! events, batches and bookmark lag. The crate installs no recorder or exporter: the
+//! application does (`tenure run --metrics-listen` serves them to Prometheus). The names,
+//! labels and meanings are in `docs/operations.md`. Without the feature, nothing of
+//! `metrics` is compiled in. Call [`describe_metrics`] once the recorder is installed to give
+//! each metric its help text and unit.
 
 #![deny(missing_docs)]
 
@@ -64,6 +80,8 @@ mod elector;
 mod error;
 mod fencing;
 mod lease;
+mod metrics;
+mod observe;
 mod owner;
 mod processor;
 mod state;
@@ -73,6 +91,8 @@ pub use elector::LeaderElector;
 pub use error::ElectorError;
 pub use fencing::{FencingGuard, StaleToken};
 pub use lease::{LeaderLease, LeadershipLost};
+#[cfg(feature = "metrics")]
+pub use metrics::describe_metrics;
 pub use processor::{
     Batch, DEFAULT_BATCH_SIZE, DEFAULT_CALL_TIMEOUT, DEFAULT_IDLE_POLL, Processor, ProcessorConfig,
     ProcessorConfigError, ProcessorError, Projection,

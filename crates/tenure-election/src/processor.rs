@@ -12,12 +12,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tenure_ports::{Capability, EventPosition, EventStorage, EventStorageError};
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 use tracing::{debug, info, trace, warn};
 
 use crate::elector::LeaderElector;
 use crate::error::ElectorError;
 use crate::lease::LeaderLease;
+use crate::{metrics, observe};
 use stop::Stop;
 
 pub use config::{
@@ -447,6 +448,7 @@ impl<P: Projection> Processor<P> {
             let caught_up = events.len() < core.config.batch_size();
             if let Some(batch) = Batch::new(events, after, lease.clone()) {
                 let last = batch.last_position();
+                let tally = (batch.len(), batch.events().last().map(|e| e.recorded_at));
                 if let Some(end) = core.project(projection, lease, batch).await? {
                     return Ok(Pass::End(end));
                 }
@@ -464,6 +466,7 @@ impl<P: Projection> Processor<P> {
                     position = last.get(),
                     "bookmark moved"
                 );
+                metrics::projected(reader, tally.0, tally.1);
                 after = Some(last);
                 *bookmarked = after;
             }
@@ -595,10 +598,9 @@ impl Core {
         operation: &'static str,
         call: impl Future<Output = Result<T, EventStorageError>>,
     ) -> Result<Outcome<T>, ProcessorError<E>> {
-        let error = match lease
-            .until_lost(timeout(self.config.call_timeout(), call))
-            .await
-        {
+        let target = (lease.lease_name(), lease.owner(), Some(lease.token()));
+        let call = observe::storage_call(operation, target, self.config.call_timeout(), call);
+        let error = match lease.until_lost(call).await {
             Err(_) => return Ok(Outcome::Ended),
             Ok(Ok(Ok(value))) => return Ok(Outcome::Done(value)),
             Ok(Ok(Err(error))) if !error.is_unconfirmed() => {

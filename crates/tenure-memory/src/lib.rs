@@ -255,12 +255,14 @@ fn store_record(slot: &mut Option<Lease>, new: &Lease) {
                 acquired_at,
                 heartbeat_at,
                 ttl,
+                released_at,
             } = *new;
             old.priority = priority;
             old.fencing_token = fencing_token;
             old.acquired_at = acquired_at;
             old.heartbeat_at = heartbeat_at;
             old.ttl = ttl;
+            old.released_at = released_at;
         }
         _ => *slot = Some(new.clone()),
     }

@@ -39,7 +39,7 @@ impl Statements {
             // outer join yields one row (with NULLs) when there is no lease at all.
             leases: format!(
                 "SELECT now(), l.lease_name, l.owner, l.priority, l.fencing_token, \
-                        l.acquired_at, l.heartbeat_at, l.ttl_micros \
+                        l.acquired_at, l.heartbeat_at, l.ttl_micros, l.released_at \
                    FROM (SELECT) AS one LEFT JOIN {p}leases AS l ON true"
             ),
             // The holder's registration is the lease record itself (see the migration).
@@ -135,6 +135,8 @@ fn lease_at<'a>(
         acquired_at: timestamp(row.column(at + 3, "acquired_at")?, "acquired_at")?,
         heartbeat_at: timestamp(row.column(at + 4, "heartbeat_at")?, "heartbeat_at")?,
         ttl: ttl_from_micros(row.column(at + 5, "ttl_micros")?)?,
+        // An answer shows a live tenure, never a released one; the snapshot reads it.
+        released_at: None,
     })
 }
 
@@ -184,7 +186,11 @@ pub(crate) fn snapshot_from_rows(rows: &[Row]) -> Result<LeaseSnapshot, EventSto
         };
         let name = LeaseName::new(name)
             .map_err(|e| EventStorageError::corrupt_with("a stored lease name is invalid", e))?;
-        leases.push(lease_at(row, 2, name)?);
+        let mut lease = lease_at(row, 2, name)?;
+        lease.released_at = get::<Option<SystemTime>>(row, 8, "released_at")?
+            .map(|at| timestamp(at, "released_at"))
+            .transpose()?;
+        leases.push(lease);
     }
     leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
     Ok(LeaseSnapshot { now, leases })

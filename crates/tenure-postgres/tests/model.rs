@@ -78,7 +78,8 @@ impl Harness {
                 .query_opt(
                     &format!(
                         "SELECT owner, priority, fencing_token, acquired_at, heartbeat_at, \
-                                ttl_micros, has_contenders FROM {p}leases WHERE lease_name = $1"
+                                ttl_micros, has_contenders, released_at \
+                           FROM {p}leases WHERE lease_name = $1"
                     ),
                     &[&lease],
                 )
@@ -96,6 +97,9 @@ impl Harness {
                 acquired_at: Timestamp::from_system_time(row.get(3)).unwrap(),
                 heartbeat_at: Timestamp::from_system_time(row.get(4)).unwrap(),
                 ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(5)).unwrap()),
+                released_at: row
+                    .get::<_, Option<std::time::SystemTime>>(7)
+                    .map(|at| Timestamp::from_system_time(at).unwrap()),
             });
             let contenders = self
                 .admin

@@ -948,13 +948,26 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
                         .min(self.now - micros(prev.ttl)),
                     "heartbeat not backdated to min(heartbeat_at, now - ttl)"
                 );
+                let backdated = after.heartbeat_at != prev.heartbeat_at;
+                prop_assert_eq!(
+                    after.released_at,
+                    if backdated {
+                        Some(Timestamp::from_micros(self.now))
+                    } else {
+                        prev.released_at
+                    },
+                    "released_at is not the release's instant (or a lease already expired that \
+                     far back was marked released)"
+                );
+                prop_assert_eq!(after.is_released(), backdated || prev.is_released());
                 prop_assert_eq!(
                     &Lease {
                         heartbeat_at: prev.heartbeat_at,
+                        released_at: prev.released_at,
                         ..after.clone()
                     },
                     prev,
-                    "a release changed more than the heartbeat"
+                    "a release changed more than the heartbeat and released_at"
                 );
                 self.released_token = Some(prev.fencing_token.get());
                 self.report.coverage.holder_releases += 1;

@@ -494,6 +494,7 @@ mod tests {
             acquired_at: Timestamp::UNIX_EPOCH,
             heartbeat_at: Timestamp::UNIX_EPOCH,
             ttl: Duration::from_secs(1),
+            released_at: None,
         };
         Call {
             lease_name: "l".into(),

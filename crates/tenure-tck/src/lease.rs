@@ -222,6 +222,14 @@ async fn takeover_after_expiry(s: &Subject) -> Outcome {
     let a = request(s, "a", 0, short).await?;
     leader(&a, 1, "a's first request")?;
     s.wait_past(short).await;
+    let (expired, live) = record(s, LEASE)
+        .await?
+        .ok_or(Failure::new("an expired lease lost its record"))?;
+    ensure!(!live, "the lease is still live after its ttl: {expired:?}");
+    ensure!(
+        expired.released_at.is_none() && !expired.is_released(),
+        "an expired lease must not look released: {expired:?}"
+    );
     let b = request(s, "b", 0, long).await?;
     leader(&b, 2, "b after a expired")?;
     ensure_eq!(b.lease.owner.as_str(), "b", "the new holder");
@@ -296,9 +304,21 @@ async fn release_hands_over_at_once(s: &Subject) -> Outcome {
         a.lease.acquired_at,
         "the released record's acquired_at"
     );
+    ensure!(
+        kept.is_released() && kept.released_at >= Some(a.lease.heartbeat_at),
+        "a released lease must say when it was released (released_at, after its last \
+         heartbeat): {kept:?}"
+    );
 
     let b = request(s, "b", 0, long).await?;
     leader(&b, 2, "b right after the release")?;
+    let (taken, _) = record(s, LEASE)
+        .await?
+        .ok_or(Failure::new("the record vanished"))?;
+    ensure!(
+        taken.released_at.is_none(),
+        "a new tenure starts without released_at: {taken:?}"
+    );
     Ok(())
 }
 
