@@ -32,6 +32,7 @@
 
 mod lease;
 mod machine;
+mod sighting;
 mod time;
 mod validation;
 
@@ -40,8 +41,9 @@ pub use lease::{
 };
 pub use machine::{
     DecisionError, RecordWrite, ReleaseOutcome, RequestOutcome, Transition, decide_release,
-    decide_request,
+    decide_request, decide_request_sighted,
 };
+pub use sighting::Sighting;
 pub use time::Timestamp;
 pub use validation::{
     Field, LeaseName, MAX_NAME_BYTES, MAX_TTL, MIN_TTL, Owner, Reason, ValidationError, check_name,

@@ -6,6 +6,7 @@
 //! nothing itself.
 
 use crate::lease::{Contender, FencingToken, Lease, LeaseResponse, LeaseStatus, ValidLeaseRequest};
+use crate::sighting::Sighting;
 use crate::time::Timestamp;
 use crate::validation::{LeaseName, Owner};
 
@@ -21,7 +22,9 @@ pub enum Transition {
     Reacquired,
     /// Another owner's lease had expired: the caller took it over with a new token (rule 5).
     TakenOver,
-    /// Another owner holds the live lease: the record was not touched (rule 4).
+    /// Another owner holds the live lease (rule 4), or its lease expired but the caller has not
+    /// yet seen that tenure unchanged for a ttl on its own clock (rule 5, see [`Sighting`]):
+    /// the record was not touched.
     Standby,
 }
 
@@ -132,6 +135,40 @@ pub fn decide_request(
     request: &ValidLeaseRequest,
     now: Timestamp,
 ) -> Result<RequestOutcome, DecisionError> {
+    let sighting = current.map(|lease| Sighting::on_storage_clock(lease, now));
+    decide_request_sighted(current, contenders, request, now, sighting.as_ref())
+}
+
+/// Decides a lease request for a backend whose clock is not the caller's (a database
+/// server's): as [`decide_request`], except that a takeover of another owner's lease that
+/// expired without a release also needs `sighting`, the caller's own sighting of that tenure
+/// unchanged for at least its ttl ([`Sighting::covers`]). Without one, the caller stands by
+/// and the record is not touched; a released lease is taken over at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure_domain::{decide_request_sighted, LeaseRequest, Sighting, Timestamp, Transition};
+/// let ttl = Duration::from_secs(10);
+/// let a = LeaseRequest::new("jobs", "a", 0, ttl).validate().unwrap();
+/// let b = LeaseRequest::new("jobs", "b", 0, ttl).validate().unwrap();
+/// let held = decide_request_sighted(None, &[], &a, Timestamp::from_micros(0), None).unwrap();
+/// let lease = held.record();
+/// // The server's clock jumps 60 s: the lease looks expired, but b has not seen it end.
+/// let later = Timestamp::from_micros(60_000_000);
+/// let early = decide_request_sighted(Some(lease), &[], &b, later, None).unwrap();
+/// assert_eq!(early.transition, Transition::Standby);
+/// // b has seen that very heartbeat for a whole ttl on its own clock: it takes over.
+/// let seen = Sighting { fencing_token: lease.fencing_token, heartbeat_at: lease.heartbeat_at, unchanged_for: ttl };
+/// let over = decide_request_sighted(Some(lease), &[], &b, later, Some(&seen)).unwrap();
+/// assert_eq!(over.transition, Transition::TakenOver);
+/// ```
+pub fn decide_request_sighted(
+    current: Option<&Lease>,
+    contenders: &[Contender],
+    request: &ValidLeaseRequest,
+    now: Timestamp,
+    sighting: Option<&Sighting>,
+) -> Result<RequestOutcome, DecisionError> {
     check_lease(&request.lease_name, current.map(|l| &l.lease_name))?;
     for c in contenders {
         check_lease(&request.lease_name, Some(&c.lease_name))?;
@@ -181,8 +218,12 @@ pub fn decide_request(
             (true, false) => (Transition::Reacquired, fresh_tenure(next_token(lease)?)),
             // Rule 4.
             (false, true) => (Transition::Standby, lease.clone()),
-            // Rule 5.
-            (false, false) => (Transition::TakenOver, fresh_tenure(next_token(lease)?)),
+            // Rule 5: released, or seen by the caller to have ended.
+            (false, false) if lease.is_released() || sighting.is_some_and(|s| s.covers(lease)) => {
+                (Transition::TakenOver, fresh_tenure(next_token(lease)?))
+            }
+            // Rule 5, not yet: expired on the storage's clock only.
+            (false, false) => (Transition::Standby, lease.clone()),
         },
     };
 
@@ -272,6 +313,101 @@ mod tests {
 
     fn at(ms: i64) -> Timestamp {
         Timestamp::from_micros(ms * 1000)
+    }
+
+    fn seen(lease: &Lease, unchanged_for: Duration) -> Sighting {
+        Sighting {
+            fencing_token: lease.fencing_token,
+            heartbeat_at: lease.heartbeat_at,
+            unchanged_for,
+        }
+    }
+
+    #[test]
+    fn an_expired_lease_is_taken_over_only_with_a_sighting_of_a_whole_ttl() {
+        let ttl = Duration::from_millis(100);
+        let held = decide_request_sighted(None, &[], &req("a", 0, 100), at(0), None).unwrap();
+        let lease = held.record().clone();
+        // Expired on the storage's clock (a step forward, say), at and far past the expiry.
+        for now in [at(100), at(60_000)] {
+            let decide = |sighting: Option<&Sighting>| {
+                decide_request_sighted(Some(&lease), &[], &req("b", 0, 100), now, sighting).unwrap()
+            };
+            let refused = [
+                None,
+                Some(seen(&lease, ttl - Duration::from_micros(1))),
+                Some(Sighting {
+                    fencing_token: FencingToken::FIRST.next().unwrap(),
+                    ..seen(&lease, ttl)
+                }),
+                Some(Sighting {
+                    heartbeat_at: at(-1),
+                    ..seen(&lease, ttl)
+                }),
+            ];
+            for sighting in refused {
+                let outcome = decide(sighting.as_ref());
+                assert_eq!(outcome.transition, Transition::Standby, "{sighting:?}");
+                assert_eq!(outcome.record(), &lease, "the record is not touched");
+                assert_eq!(outcome.response.status, LeaseStatus::Standby);
+                assert_eq!(outcome.response.fencing_token, lease.fencing_token);
+            }
+            for unchanged_for in [ttl, ttl * 600] {
+                let outcome = decide(Some(&seen(&lease, unchanged_for)));
+                assert_eq!(outcome.transition, Transition::TakenOver);
+                assert_eq!(outcome.response.fencing_token.get(), 2);
+            }
+        }
+        // Not expired on the storage's clock: a sighting alone takes nothing.
+        let live = decide_request_sighted(
+            Some(&lease),
+            &[],
+            &req("b", 0, 100),
+            at(99),
+            Some(&seen(&lease, ttl * 10)),
+        )
+        .unwrap();
+        assert_eq!(live.transition, Transition::Standby);
+    }
+
+    #[test]
+    fn a_released_lease_and_the_same_owner_need_no_sighting() {
+        let held = decide_request_sighted(None, &[], &req("a", 0, 100), at(0), None).unwrap();
+        let released = decide_release(
+            Some(held.record()),
+            &held.record().lease_name,
+            &held.record().owner,
+            at(10),
+        )
+        .unwrap()
+        .updated
+        .unwrap();
+        let over =
+            decide_request_sighted(Some(&released), &[], &req("b", 0, 100), at(10), None).unwrap();
+        assert_eq!(over.transition, Transition::TakenOver);
+        let back =
+            decide_request_sighted(Some(held.record()), &[], &req("a", 0, 100), at(500), None)
+                .unwrap();
+        assert_eq!(back.transition, Transition::Reacquired);
+    }
+
+    #[test]
+    fn the_embedded_rule_is_the_sighted_rule_with_the_records_own_heartbeat() {
+        let held = decide_request(None, &[], &req("a", 0, 100), at(0)).unwrap();
+        for now in [at(50), at(99), at(100), at(101), at(10_000)] {
+            let implied = Sighting::on_storage_clock(held.record(), now);
+            assert_eq!(
+                decide_request(Some(held.record()), &[], &req("b", 0, 100), now).unwrap(),
+                decide_request_sighted(
+                    Some(held.record()),
+                    &[],
+                    &req("b", 0, 100),
+                    now,
+                    Some(&implied)
+                )
+                .unwrap()
+            );
+        }
     }
 
     #[test]

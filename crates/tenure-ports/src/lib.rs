@@ -30,6 +30,7 @@ mod capability;
 mod clock;
 mod error;
 mod events;
+mod sightings;
 
 pub use async_trait::async_trait;
 pub use capability::{Capabilities, Capability};
@@ -40,12 +41,13 @@ pub use events::{
     MAX_APPEND_EVENTS, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions,
     StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
+pub use sightings::Sightings;
 
 /// The lease rules, re-exported so that a backend needs only this crate.
 pub use tenure_domain as domain;
 pub use tenure_domain::{
     Contender, FencingToken, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseStatus, Owner,
-    Timestamp,
+    Sighting, Timestamp,
 };
 
 /// A snapshot of every lease record, with the storage's clock at the time of the snapshot.
