@@ -36,6 +36,7 @@ lease_scenarios![
     renewal_keeps_token,
     second_owner_stands_by,
     takeover_after_expiry,
+    first_sight_of_an_expired_lease,
     expired_holder_returns_with_new_token,
     released_owner_returns_with_new_token,
     release_hands_over_at_once,
@@ -123,6 +124,42 @@ fn token(n: u64) -> FencingToken {
 fn leader(r: &LeaseResponse, n: u64, what: &str) -> Outcome {
     ensure_eq!(r.status, LeaseStatus::Leader, "{what}: status");
     ensure_eq!(r.fencing_token, token(n), "{what}: token");
+    Ok(())
+}
+
+fn standby(r: &LeaseResponse, n: u64, what: &str) -> Outcome {
+    ensure_eq!(r.status, LeaseStatus::Standby, "{what}: status");
+    ensure_eq!(r.fencing_token, token(n), "{what}: the holder's token");
+    Ok(())
+}
+
+/// A contender whose first sight of a lease is after it expired (a standby that starts after
+/// the holder died) may have to see it unchanged for a ttl of its own before taking it over
+/// (a backend whose clock is not the contender's must make it wait; see `Sighting`), and then
+/// takes it over. Never does it get the lease while its holder's tenure is live.
+async fn first_sight_of_an_expired_lease(s: &Subject) -> Outcome {
+    let (short, long) = (s.timing.short, s.timing.long);
+    let a = request(s, "a", 0, short).await?;
+    leader(&a, 1, "a's first request")?;
+    s.wait_past(short).await;
+    let first = request(s, "b", 0, long).await?;
+    if first.status == LeaseStatus::Standby {
+        ensure_eq!(first.fencing_token, token(1), "b's first answer: a's token");
+        ensure_eq!(
+            &first.lease,
+            &a.lease,
+            "the record while b has not seen it end"
+        );
+        s.wait_past(short).await;
+        let second = request(s, "b", 0, long).await?;
+        leader(
+            &second,
+            2,
+            "b a ttl after its first sight of the expired lease",
+        )?;
+    } else {
+        leader(&first, 2, "b's takeover at its first sight")?;
+    }
     Ok(())
 }
 
@@ -221,6 +258,8 @@ async fn takeover_after_expiry(s: &Subject) -> Outcome {
     let (short, long) = (s.timing.short, s.timing.long);
     let a = request(s, "a", 0, short).await?;
     leader(&a, 1, "a's first request")?;
+    // b sees a's tenure before it expires, so that b has seen it end, on any backend.
+    standby(&request(s, "b", 0, long).await?, 1, "b while a is live")?;
     s.wait_past(short).await;
     let (expired, live) = record(s, LEASE)
         .await?
@@ -338,6 +377,7 @@ async fn release_of_foreign_lease_is_harmless(s: &Subject) -> Outcome {
     // A lease that was taken over: its old holder's release must not touch the new holder.
     let other = "tck-taken-over";
     request_on(s, other, "a", 0, short).await?;
+    request_on(s, other, "b", 0, long).await?;
     s.wait_past(short).await;
     let b = request_on(s, other, "b", 0, long).await?;
     leader(&b, 2, "b's takeover")?;
@@ -502,6 +542,7 @@ async fn shorter_ttl_shortens_liveness(s: &Subject) -> Outcome {
         short,
         "the record's ttl after the renewal"
     );
+    standby(&request(s, "b", 0, long).await?, 1, "b while a is live")?;
     s.wait_past(short).await;
     let b = request(s, "b", 0, long).await?;
     leader(&b, 2, "b after the shortened lease expired")?;
@@ -837,6 +878,7 @@ async fn registry_stays_bounded(s: &Subject) -> Outcome {
             Err(join) => return Err(Failure::new(format!("a requesting task failed: {join}"))),
         }
     }
+    request(s, "survivor", 0, s.timing.long).await?;
     s.wait_past(short).await;
     let r = request(s, "survivor", 0, s.timing.long).await?;
     ensure!(
