@@ -63,7 +63,7 @@
 //!
 //! # Capabilities and skipping
 //!
-//! Each scenario needs a [`Capability`](tenure_ports::Capability). When the storage's
+//! Each scenario needs a [`Capability`]. When the storage's
 //! `capabilities()` lack it, the scenario does not run and `cargo test` reports it *ignored*,
 //! with the reason (`skipped: the storage lacks the `lease` capability`); it is never counted
 //! as passed. A failure is reported as `tck: failed <suite>::<scenario>: why`. The closing line
