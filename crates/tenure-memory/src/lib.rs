@@ -87,16 +87,18 @@ impl LogState {
 /// so a linear search stays short.
 #[derive(Debug)]
 struct LeaseEntry {
-    /// The validated name, shared (not copied) by every record and answer of this lease.
-    name: LeaseName,
+    /// The last validated request on this lease. Its names are shared (not copied) by every
+    /// record and answer of the lease, and a holder renewing in a loop finds its own request
+    /// here and is decided on it as it is, once its priority and ttl are set.
+    last: ValidLeaseRequest,
     record: Option<Lease>,
     contenders: Vec<Contender>,
 }
 
 impl LeaseEntry {
-    fn new(name: LeaseName) -> Self {
+    fn new(first: ValidLeaseRequest) -> Self {
         LeaseEntry {
-            name,
+            last: first,
             record: None,
             contenders: Vec::new(),
         }
@@ -121,18 +123,16 @@ impl LeaseEntry {
         ttl: std::time::Duration,
         now: Timestamp,
     ) -> Result<LeaseResponse, EventStorageError> {
-        let owner = match self.known_owner(&request.owner) {
-            Some(owner) => owner,
-            None => Owner::new(&request.owner)?,
-        };
-        let request = ValidLeaseRequest {
-            lease_name: self.name.clone(),
-            owner,
-            priority: request.priority,
-            ttl,
-        };
-        let outcome =
-            domain::decide_request(self.record.as_ref(), &self.contenders, &request, now)?;
+        if self.last.owner != *request.owner.as_str() {
+            self.last.owner = match self.known_owner(&request.owner) {
+                Some(owner) => owner,
+                None => Owner::new(&request.owner)?,
+            };
+        }
+        self.last.priority = request.priority;
+        self.last.ttl = ttl;
+        let request = &self.last;
+        let outcome = domain::decide_request(self.record.as_ref(), &self.contenders, request, now)?;
         if outcome.transition.record_write() != RecordWrite::None {
             store_record(&mut self.record, &outcome.response.lease);
         }
@@ -314,10 +314,10 @@ impl EventStorage for MemoryEventStorage {
         if let Some(entry) = leases.get_mut(request.lease_name.as_str()) {
             return entry.decide_request(request, ttl, now);
         }
-        let name = LeaseName::new(&request.lease_name)?;
+        let first = request.validate()?;
         leases
-            .entry(name.clone())
-            .or_insert_with(|| LeaseEntry::new(name))
+            .entry(first.lease_name.clone())
+            .or_insert_with(|| LeaseEntry::new(first))
             .decide_request(request, ttl, now)
     }
 
