@@ -3,7 +3,7 @@
 //! [`MemoryEventStorage`] keeps leases, the event log and bookmarks in the process's memory. Clones share one state, so
 //! every task and thread holding a clone contends for real: a test, a demo, or several
 //! components of one process can elect a leader without a database. Its clock is the storage
-//! clock: the system clock by default, or a [`ManualClock`] injected with
+//! clock: the system clock by default, or a [`ManualClock`](tenure_ports::ManualClock) injected with
 //! [`MemoryEventStorage::with_clock`] so that tests move time instead of waiting for it.
 //!
 //! It is not shared between processes and keeps nothing across a restart: for leader
@@ -45,7 +45,6 @@ use tenure_ports::{
 };
 
 pub use log::{Change, EventLog, Journal};
-pub use tenure_ports::ManualClock;
 
 /// An in-memory storage. Clones share one state and one clock.
 #[derive(Clone, Debug)]
@@ -158,7 +157,7 @@ impl MemoryEventStorage {
         MemoryEventStorage::with_clock(Arc::new(SystemClock::new()))
     }
 
-    /// An empty storage on `clock`, e.g. a [`ManualClock`] in tests.
+    /// An empty storage on `clock`, e.g. a [`ManualClock`](tenure_ports::ManualClock) in tests.
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryEventStorage::from_parts(clock, EventLog::new(), None)
     }

@@ -111,6 +111,7 @@ pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> +
 
 /// One scenario of the kit.
 #[derive(Clone, Copy)]
+#[non_exhaustive]
 pub struct Scenario {
     /// Its name, which is also the name of its `#[test]`.
     pub name: &'static str,
