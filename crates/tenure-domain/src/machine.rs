@@ -67,6 +67,7 @@ pub enum RecordWrite {
 
 /// The decision on one [`ValidLeaseRequest`].
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub struct RequestOutcome {
     /// What happened to the record.
     pub transition: Transition,
@@ -87,6 +88,7 @@ impl RequestOutcome {
 
 /// The decision on one release.
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub struct ReleaseOutcome {
     /// The updated record, when the caller held the lease and its heartbeat had to be
     /// backdated; `None` when the record must not be touched.

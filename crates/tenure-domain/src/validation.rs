@@ -148,6 +148,7 @@ impl fmt::Display for Reason {
 /// ```
 #[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
 #[error("invalid {field}: {reason}")]
+#[non_exhaustive]
 pub struct ValidationError {
     /// The input that was refused.
     pub field: Field,

@@ -82,7 +82,8 @@ pub enum FileError {
     },
 
     /// Damage that is not a torn tail: the file is left untouched and the storage does not
-    /// open. See `docs/file.md` for the recovery rule and what an operator can do.
+    /// open. The guide to the file backend (<https://github.com/tenure-rs/tenure/blob/main/docs/file.md>) has the recovery rule and what an
+    /// operator can do.
     #[error("{path} is damaged at byte offset {offset}: {reason}")]
     Corrupt {
         /// The log file.

@@ -41,8 +41,8 @@
 //!
 //! # Durability and recovery
 //!
-//! See [`Durability`] for what each mode promises, and the [`recovery`] module (and
-//! `docs/file.md`) for the file format and the rule that tells a torn tail, which is cut with a
+//! See [`Durability`] for what each mode promises, and the [`recovery`] module (and the guide
+//! to the file backend, <https://github.com/tenure-rs/tenure/blob/main/docs/file.md>) for the file format and the rule that tells a torn tail, which is cut with a
 //! warning, from damage in the middle of the file, which is an error naming its offset.
 //!
 //! # Blocking

@@ -3,7 +3,7 @@
 //! [`MemoryEventStorage`] keeps leases, the event log and bookmarks in the process's memory. Clones share one state, so
 //! every task and thread holding a clone contends for real: a test, a demo, or several
 //! components of one process can elect a leader without a database. Its clock is the storage
-//! clock: the system clock by default, or a [`ManualClock`] injected with
+//! clock: the system clock by default, or a [`ManualClock`](tenure_ports::ManualClock) injected with
 //! [`MemoryEventStorage::with_clock`] so that tests move time instead of waiting for it.
 //!
 //! It is not shared between processes and keeps nothing across a restart: for leader
@@ -45,7 +45,6 @@ use tenure_ports::{
 };
 
 pub use log::{Change, EventLog, Journal};
-pub use tenure_ports::ManualClock;
 
 /// An in-memory storage. Clones share one state and one clock.
 #[derive(Clone, Debug)]
@@ -87,16 +86,18 @@ impl LogState {
 /// so a linear search stays short.
 #[derive(Debug)]
 struct LeaseEntry {
-    /// The validated name, shared (not copied) by every record and answer of this lease.
-    name: LeaseName,
+    /// The last validated request on this lease. Its names are shared (not copied) by every
+    /// record and answer of the lease, and a holder renewing in a loop finds its own request
+    /// here and is decided on it as it is, once its priority and ttl are set.
+    last: ValidLeaseRequest,
     record: Option<Lease>,
     contenders: Vec<Contender>,
 }
 
 impl LeaseEntry {
-    fn new(name: LeaseName) -> Self {
+    fn new(first: ValidLeaseRequest) -> Self {
         LeaseEntry {
-            name,
+            last: first,
             record: None,
             contenders: Vec::new(),
         }
@@ -121,18 +122,16 @@ impl LeaseEntry {
         ttl: std::time::Duration,
         now: Timestamp,
     ) -> Result<LeaseResponse, EventStorageError> {
-        let owner = match self.known_owner(&request.owner) {
-            Some(owner) => owner,
-            None => Owner::new(&request.owner)?,
-        };
-        let request = ValidLeaseRequest {
-            lease_name: self.name.clone(),
-            owner,
-            priority: request.priority,
-            ttl,
-        };
-        let outcome =
-            domain::decide_request(self.record.as_ref(), &self.contenders, &request, now)?;
+        if self.last.owner != *request.owner.as_str() {
+            self.last.owner = match self.known_owner(&request.owner) {
+                Some(owner) => owner,
+                None => Owner::new(&request.owner)?,
+            };
+        }
+        self.last.priority = request.priority;
+        self.last.ttl = ttl;
+        let request = &self.last;
+        let outcome = domain::decide_request(self.record.as_ref(), &self.contenders, request, now)?;
         if outcome.transition.record_write() != RecordWrite::None {
             store_record(&mut self.record, &outcome.response.lease);
         }
@@ -158,7 +157,7 @@ impl MemoryEventStorage {
         MemoryEventStorage::with_clock(Arc::new(SystemClock::new()))
     }
 
-    /// An empty storage on `clock`, e.g. a [`ManualClock`] in tests.
+    /// An empty storage on `clock`, e.g. a [`ManualClock`](tenure_ports::ManualClock) in tests.
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryEventStorage::from_parts(clock, EventLog::new(), None)
     }
@@ -316,10 +315,10 @@ impl EventStorage for MemoryEventStorage {
         if let Some(entry) = leases.get_mut(request.lease_name.as_str()) {
             return entry.decide_request(request, ttl, now);
         }
-        let name = LeaseName::new(&request.lease_name)?;
+        let first = request.validate()?;
         leases
-            .entry(name.clone())
-            .or_insert_with(|| LeaseEntry::new(name))
+            .entry(first.lease_name.clone())
+            .or_insert_with(|| LeaseEntry::new(first))
             .decide_request(request, ttl, now)
     }
 

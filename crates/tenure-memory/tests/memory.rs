@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_memory::{ManualClock, MemoryEventStorage};
+use tenure_memory::MemoryEventStorage;
+use tenure_ports::ManualClock;
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 
 fn storage() -> (MemoryEventStorage, ManualClock) {

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use tenure_memory::{ManualClock, MemoryEventStorage};
+use tenure_memory::MemoryEventStorage;
+use tenure_ports::ManualClock;
 use tenure_tck::Subject;
 
 tenure_tck::tck_suite!(|| async {

@@ -244,6 +244,7 @@ impl EventQuery {
 /// fails with [`EventStorageError::AppendConflict`](crate::EventStorageError::AppendConflict) if
 /// any event matching `query` is stored after `after` (or at all, when `after` is `None`).
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub struct AppendCondition {
     /// The events the decision was based on.
     pub query: EventQuery,
@@ -253,6 +254,7 @@ pub struct AppendCondition {
 
 /// An append: a batch of events stored atomically, with an optional condition and key.
 #[derive(Clone, PartialEq, Debug)]
+#[non_exhaustive]
 pub struct AppendRequest {
     /// The events, stored in this order with consecutive positions (1 to
     /// [`MAX_APPEND_EVENTS`]).
@@ -386,6 +388,7 @@ pub enum Direction {
 
 /// Where a read starts, which way it goes, and how much it returns.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[non_exhaustive]
 pub struct ReadOptions {
     /// Which way to read.
     pub direction: Direction,

@@ -6,8 +6,24 @@
 //! error type. Embedded backends take their storage clock from a [`Clock`].
 //!
 //! This crate makes no lease decisions (they live in `tenure-domain`, re-exported here as
-//! [`domain`]) and contains no backend: see `tenure-memory` and `tenure-postgres`, and
+//! [`domain`], whose documentation states [the lease contract](domain#the-lease-contract))
+//! and contains no backend: see `tenure-memory`, `tenure-file` and `tenure-postgres`, and
 //! `tenure-tck` for the conformance kit every backend must pass.
+//!
+//! # What the SPI adds to the lease contract
+//!
+//! * **Errors**: one type, [`EventStorageError`]. Invalid input is
+//!   [`EventStorageError::InvalidRequest`], returned before anything is written;
+//!   [`EventStorageError::Unavailable`] means *not confirmed* (the call may or may not have
+//!   taken effect), never *refused*.
+//! * **Capabilities**: [`EventStorage::capabilities`] says which optional parts a backend
+//!   offers; a method of a part it lacks answers [`EventStorageError::Unsupported`].
+//! * **Closing**: [`EventStorage::close`] releases the storage's resources. Every later call,
+//!   on it or on any clone of it, fails with [`EventStorageError::Closed`], never a panic or a
+//!   hang; closing twice is harmless. Leases held through a closed storage are not released
+//!   by the close (a holder that wants a fast handover releases first): they expire.
+//! * **Cancel safety**: dropping a lease call's future leaves its outcome unknown, exactly as
+//!   a timeout does; the storage stays consistent.
 //!
 //! # Writing a backend
 //!
@@ -93,7 +109,8 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     fn capabilities(&self) -> Capabilities;
 
     /// Acquires, renews, or registers as a contender for a lease, in one atomic step, and says
-    /// what the caller should do. See the lease contract for the rules.
+    /// what the caller should do, by the rules of
+    /// [the lease contract](crate::domain#the-lease-contract).
     async fn request_lease(
         &self,
         request: &LeaseRequest,

@@ -292,6 +292,7 @@ pub enum Step {
 
 /// One generated case: a starting instant, the owners' usual priorities, and the steps.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Case {
     /// The storage clock at the start, in µs since the Unix epoch.
     pub start: i64,

@@ -172,6 +172,7 @@ impl fmt::Display for Violation {
 
 /// What [`History::check`] found.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Report {
     /// Lease calls recorded.
     pub calls: usize,

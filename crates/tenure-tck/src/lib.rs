@@ -40,7 +40,7 @@
 //! libtest's summary and the kit's own line:
 //!
 //! ```text
-//! test lease_first_acquisition ... ignored, skipped: the storage lacks the `lease` capability
+//! test lease_first_acquisition ... ignored (skipped: the storage lacks the `lease` capability)
 //! …
 //! test result: ok. 0 passed; 0 failed; 35 ignored; 0 measured; 0 filtered out; finished in 0.01s
 //!
@@ -63,9 +63,9 @@
 //!
 //! # Capabilities and skipping
 //!
-//! Each scenario needs a [`Capability`](tenure_ports::Capability). When the storage's
+//! Each scenario needs a [`Capability`]. When the storage's
 //! `capabilities()` lack it, the scenario does not run and `cargo test` reports it *ignored*,
-//! with the reason (`skipped: the storage lacks the `lease` capability`); it is never counted
+//! with the reason ("skipped: the storage lacks the `lease` capability"); it is never counted
 //! as passed. A failure is reported as `tck: failed <suite>::<scenario>: why`. The closing line
 //! `tck <suite>: P passed, F failed, S skipped` is the kit's verdict on the backend.
 //!
@@ -111,6 +111,7 @@ pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> +
 
 /// One scenario of the kit.
 #[derive(Clone, Copy)]
+#[non_exhaustive]
 pub struct Scenario {
     /// Its name, which is also the name of its `#[test]`.
     pub name: &'static str,

@@ -133,6 +133,7 @@ impl Subject {
 /// A registration made with [`Timing::short`] is only ever relied upon to be live for the next
 /// one or two calls; [`Timing::long`] is never relied upon to expire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timing {
     /// A ttl that the scenario lets expire.
     pub short: Duration,
@@ -143,6 +144,16 @@ pub struct Timing {
 }
 
 impl Timing {
+    /// Margins of one's own, for [`Subject::with_timing`]: `short` is let expire, `long` never
+    /// expires during a scenario, `margin` is slept past a ttl in real time.
+    pub const fn new(short: Duration, long: Duration, margin: Duration) -> Self {
+        Timing {
+            short,
+            long,
+            margin,
+        }
+    }
+
     /// For backends whose clock the kit moves.
     pub const CONTROLLED: Timing = Timing {
         short: Duration::from_secs(10),
