@@ -1,41 +1,13 @@
-//! `tenure leases`, `tenure ddl`, `tenure schema`: looking at and preparing a database.
+//! `tenure ddl`, `tenure schema`: preparing a database (`tenure leases` looks at it: see
+//! [`crate::leases`]).
 
-use std::fmt::Write as _;
 use std::io::Write as _;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use serde::Serialize;
-use tenure_ports::{Contender, EventStorage, Lease, LeaseSnapshot, Timestamp};
+use tenure_ports::EventStorage;
 use tenure_postgres::{SchemaMode, redact};
 
 use crate::backend::open_postgres;
-use crate::duration::human;
-
-/// Prints every lease with its liveness, judged on the storage's clock (`snapshot.now`), and
-/// its live contenders.
-pub async fn leases(url: &str, prefix: &str, json: bool) -> anyhow::Result<()> {
-    let storage = open_postgres(url, prefix, SchemaMode::Validate, 2).await?;
-    let snapshot = storage.get_leases().await.context("reading the leases")?;
-    let mut contenders = Vec::with_capacity(snapshot.leases.len());
-    for lease in &snapshot.leases {
-        contenders.push(
-            storage
-                .get_lease_contenders(lease.lease_name.as_str())
-                .await
-                .with_context(|| format!("reading the contenders of {}", lease.lease_name))?,
-        );
-    }
-    let _ = storage.close().await;
-    let text = if json {
-        let mut text = serde_json::to_string_pretty(&LeasesJson::new(&snapshot, &contenders))?;
-        text.push('\n');
-        text
-    } else {
-        table(&snapshot, &contenders, &redact(url))
-    };
-    write_stdout(&text)
-}
 
 /// Prints the DDL of the lease tables for `prefix`.
 pub fn ddl(prefix: &str) -> anyhow::Result<()> {
@@ -57,164 +29,13 @@ pub async fn schema(url: &str, prefix: &str, mode: SchemaMode) -> anyhow::Result
     ))
 }
 
-fn write_stdout(text: &str) -> anyhow::Result<()> {
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         // `tenure leases | head` closing the pipe is not an error.
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(error) => Err(error).context("writing to standard output"),
-    }
-}
-
-fn table(snapshot: &LeaseSnapshot, contenders: &[Vec<Contender>], target: &str) -> String {
-    let mut text = String::new();
-    if snapshot.leases.is_empty() {
-        let _ = writeln!(text, "no leases at {target}");
-        return text;
-    }
-    let rows: Vec<[String; 6]> = snapshot
-        .leases
-        .iter()
-        .zip(contenders)
-        .map(|(lease, contenders)| {
-            [
-                lease.lease_name.to_string(),
-                lease.owner.to_string(),
-                lease.fencing_token.to_string(),
-                liveness(lease, snapshot.now),
-                human(lease.ttl),
-                if contenders.is_empty() {
-                    "-".to_owned()
-                } else {
-                    contenders
-                        .iter()
-                        .map(|c| format!("{} (priority {})", c.owner, c.priority))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                },
-            ]
-        })
-        .collect();
-    let header = [
-        "LEASE",
-        "HOLDER",
-        "TOKEN",
-        "STATE",
-        "TTL",
-        "LIVE CONTENDERS",
-    ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: [&str; 6]| {
-        let mut out = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(cell);
-            } else {
-                let _ = write!(out, "{cell:<width$}  ");
-            }
-        }
-        let _ = writeln!(text, "{}", out.trim_end());
-    };
-    line(header);
-    for row in &rows {
-        line(row.each_ref().map(String::as_str));
-    }
-    let _ = writeln!(
-        text,
-        "\n(liveness judged on the database's clock: {})",
-        snapshot.now
-    );
-    text
-}
-
-/// `live, 12.3s left` or `expired 4s ago` (`released` leases look expired: they are).
-fn liveness(lease: &Lease, now: Timestamp) -> String {
-    let expires = lease.expires_at();
-    if lease.is_live_at(now) {
-        format!(
-            "live, {} left",
-            short(expires.saturating_duration_since(now))
-        )
-    } else {
-        format!(
-            "expired {} ago",
-            short(now.saturating_duration_since(expires))
-        )
-    }
-}
-
-fn short(duration: Duration) -> String {
-    if duration < Duration::from_secs(1) {
-        format!("{}ms", duration.as_millis())
-    } else {
-        format!("{:.1}s", duration.as_secs_f64())
-    }
-}
-
-#[derive(Serialize)]
-struct LeasesJson {
-    /// The database's clock when the snapshot was taken.
-    now: String,
-    leases: Vec<LeaseJson>,
-}
-
-#[derive(Serialize)]
-struct LeaseJson {
-    lease_name: String,
-    owner: String,
-    priority: i64,
-    fencing_token: u64,
-    acquired_at: String,
-    heartbeat_at: String,
-    expires_at: String,
-    ttl_ms: u128,
-    live: bool,
-    contenders: Vec<ContenderJson>,
-}
-
-#[derive(Serialize)]
-struct ContenderJson {
-    owner: String,
-    priority: i64,
-    last_seen: String,
-    ttl_ms: u128,
-}
-
-impl LeasesJson {
-    fn new(snapshot: &LeaseSnapshot, contenders: &[Vec<Contender>]) -> Self {
-        LeasesJson {
-            now: snapshot.now.to_string(),
-            leases: snapshot
-                .leases
-                .iter()
-                .zip(contenders)
-                .map(|(lease, contenders)| LeaseJson {
-                    lease_name: lease.lease_name.to_string(),
-                    owner: lease.owner.to_string(),
-                    priority: lease.priority,
-                    fencing_token: lease.fencing_token.get(),
-                    acquired_at: lease.acquired_at.to_string(),
-                    heartbeat_at: lease.heartbeat_at.to_string(),
-                    expires_at: lease.expires_at().to_string(),
-                    ttl_ms: lease.ttl.as_millis(),
-                    live: lease.is_live_at(snapshot.now),
-                    contenders: contenders
-                        .iter()
-                        .map(|c| ContenderJson {
-                            owner: c.owner.to_string(),
-                            priority: c.priority,
-                            last_seen: c.last_seen.to_string(),
-                            ttl_ms: c.ttl.as_millis(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        }
     }
 }

@@ -16,6 +16,7 @@ mod backend;
 mod demo;
 mod duration;
 mod guard;
+mod leases;
 mod metrics;
 mod run;
 
@@ -123,9 +124,14 @@ struct RunArgs {
 struct LeasesArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// Print JSON, for scripts.
+    /// Print JSON, for scripts (the fields are documented in docs/operations.md).
     #[arg(long)]
     json: bool,
+    /// Refresh every INTERVAL (default 2s) until Ctrl-C, in place on a terminal; with --json,
+    /// one document per line.
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s",
+          value_parser = parse_interval)]
+    watch: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -156,6 +162,15 @@ struct GuardArgs {
     parent: u32,
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        interval if interval < Duration::from_millis(100) => Err(format!(
+            "'{text}' is too short: refresh at most every 100ms"
+        )),
+        interval => Ok(interval),
+    }
 }
 
 fn parse_schema_mode(text: &str) -> Result<tenure_postgres::SchemaMode, String> {
@@ -234,7 +249,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Leases(args) => {
             init_logging("warn", None);
-            admin::leases(&args.db.database_url, &args.db.prefix, args.json).await?;
+            leases::leases(leases::LeasesOptions {
+                url: args.db.database_url,
+                prefix: args.db.prefix,
+                json: args.json,
+                watch: args.watch,
+            })
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ddl(args) => {

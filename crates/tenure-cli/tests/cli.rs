@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
+use tenure_pg_test::{PrefixGuard, required_server, server, unique_name, unique_prefix};
 
 fn tenure(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tenure"))
@@ -174,11 +174,133 @@ fn schema_validate_ensure_and_leases() {
     assert_eq!(leases[0]["contenders"][0]["priority"], -3);
     assert!(json["now"].as_str().unwrap().ends_with('Z'));
 
-    // Released on exit: listed as expired, token kept.
+    assert_eq!(leases[0]["state"], "live");
+    assert_eq!(leases[0]["released_at"], serde_json::Value::Null);
+    assert!(leases[0]["remaining_ms"].as_u64().unwrap() > 0);
+    let acquired = leases[0]["acquired_at"].as_str().unwrap();
+    assert!(acquired <= leases[0]["heartbeat_at"].as_str().unwrap());
+
+    // Released on exit: listed as released (not expired), token kept.
     let table = text(&with_db(&["leases"]).stdout);
+    let header = table.lines().next().unwrap();
     assert!(
-        table.contains(&lease) && table.contains("expired"),
-        "{table}"
+        header.find("ACQUIRED") < header.find("HEARTBEAT"),
+        "the acquisition comes first: {header}"
     );
-    assert!(table.contains("liveness judged on the database's clock"));
+    let row = table.lines().find(|l| l.starts_with(&lease)).unwrap();
+    assert!(row.contains("released ") && row.contains(" ago"), "{table}");
+    assert!(!row.contains("expired"), "{table}");
+    assert!(table.contains("judged on the database's clock"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&with_db(&["leases", "--json"]).stdout).unwrap();
+    let released = &json["leases"][0];
+    assert_eq!(released["state"], "released");
+    assert_eq!(released["live"], false);
+    assert_eq!(released["fencing_token"], 1);
+    assert_eq!(released["remaining_ms"], 0);
+    assert!(released["released_at"].as_str().unwrap() >= acquired);
+}
+
+#[test]
+fn leases_watch_follows_a_crashed_holder_from_live_to_expired() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let server = required_server();
+    let prefix = unique_prefix();
+    let _tables = PrefixGuard::new(server.url.clone(), prefix.clone());
+    let lease = unique_name("crashing");
+    let ensured = tenure(&[
+        "schema",
+        "ensure",
+        "--database-url",
+        &server.url,
+        "--prefix",
+        &prefix,
+    ]);
+    assert!(ensured.status.success(), "{}", text(&ensured.stderr));
+    // A holder that is killed outright (SIGKILL): nothing releases its lease.
+    let mut holder = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["run", "--lease", &lease, "--owner", "doomed", "--ttl", "1s"])
+            .args(["--prefix", &prefix, "--", "sleep", "60"])
+            .env("TENURE_DATABASE_URL", &server.url)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut watch = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["leases", "--watch", "200ms", "--json", "--prefix", &prefix])
+            .env("TENURE_DATABASE_URL", &server.url)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(watch.0.stdout.take().unwrap()).lines();
+    let began = Instant::now();
+    let mut states = Vec::new();
+    let mut killed = false;
+    while states.last().map(String::as_str) != Some("expired") {
+        assert!(began.elapsed() < Duration::from_secs(20), "{states:?}");
+        let line = lines.next().unwrap().unwrap();
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let Some(listed) = json["leases"].as_array().unwrap().first() else {
+            continue; // before the holder's first request
+        };
+        let state = listed["state"].as_str().unwrap().to_owned();
+        if state == "live" && !killed {
+            holder.0.kill().unwrap();
+            holder.0.wait().unwrap();
+            killed = true;
+        }
+        if states.last() != Some(&state) {
+            states.push(state);
+        }
+    }
+    assert_eq!(states, ["live", "expired"], "never shown as released");
+    // Interrupted, it stops at once and cleanly.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(watch.0.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(status) = watch.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "--watch ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+/// A child process that is killed if the test ends (or fails) before it exits.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_watch_interval_below_100ms_is_refused() {
+    let stderr = assert_one_line_failure(
+        &tenure(&[
+            "leases",
+            "--watch",
+            "10ms",
+            "--database-url",
+            "postgres://h/db",
+        ]),
+        2,
+    );
+    assert!(stderr.contains("too short"), "{stderr}");
 }
