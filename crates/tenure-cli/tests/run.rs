@@ -40,11 +40,13 @@ impl Scene {
     }
 
     /// Starts `tenure run` as `name`, with a child that appends
-    /// `start <name> <pid> <token> <unix nanos>` to the log, runs `body`, then appends
+    /// `start <name> <pid> <token> <unix nanos>` to the log (the pid as `/proc` shows it: `$$`
+    /// is the pid inside the command's PID namespace), runs `body`, then appends
     /// `end <name> <unix nanos>`, and exits with `body`'s code.
     fn run(&self, name: &str, priority: i64, body: &str) -> Child {
         let script = format!(
-            "echo \"start {name} $$ $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
+            "read -r pid rest < /proc/self/stat; \
+             echo \"start {name} $pid $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
              code=$?; echo \"end {name} $(date +%s%N)\" >> \"$1\"; exit $code"
         );
         Command::new(env!("CARGO_BIN_EXE_tenure"))
@@ -260,7 +262,7 @@ fn a_higher_priority_contender_makes_the_leader_stop_its_command_and_hand_over()
     // The low-priority leader gets SIGTERM on its next renewal and exits; the high-priority
     // contender takes over at its next request.
     let low_status = wait_with_limit(&mut low, Duration::from_secs(10));
-    assert_eq!(low_status.code(), Some(143));
+    assert_eq!(low_status.code(), Some(76), "handed over");
     let high_status = wait_with_limit(&mut high, Duration::from_secs(10));
     assert_eq!(high_status.code(), Some(0));
     let lines = scene.lines();

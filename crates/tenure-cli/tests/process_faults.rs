@@ -1,0 +1,542 @@
+//! `tenure run` keeps one command at a time when its own processes are stopped or killed:
+//! one test per numbered case of issue 11, with real processes on PostgreSQL.
+//!
+//! Every command (and the `setsid` descendant each one starts, which leaves its process
+//! group) appends `tick <id>` to one shared file every 20 ms, where `<id>` names the
+//! `tenure run` process and the fencing token. The verdict comes from that file alone: once a
+//! command's `start` line is written, no line of an earlier command may follow it
+//! ([`overlaps`]). Times are bounded generously from the ttl, never asserted tightly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tenure_pg_test::{PrefixGuard, required_server, unique_name, unique_prefix};
+
+const TTL: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_millis(300);
+/// The longest any wait in these tests may take before it fails the test.
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Scene {
+    url: String,
+    prefix: String,
+    lease: String,
+    log: PathBuf,
+    _tables: PrefixGuard,
+}
+
+/// One `tenure run` process, with its stderr collected.
+struct Runner {
+    child: Child,
+    label: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    Start,
+    Child,
+    Tick,
+    Term,
+}
+
+#[derive(Clone, Debug)]
+struct Line {
+    kind: Kind,
+    id: String,
+    pid: i32,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let server = required_server();
+        let prefix = unique_prefix();
+        Scene {
+            url: server.url.clone(),
+            lease: unique_name("faults"),
+            _tables: PrefixGuard::new(server.url.clone(), prefix.clone()),
+            prefix,
+            log: std::env::temp_dir().join(format!("{}.log", unique_name("tenure_faults"))),
+        }
+    }
+
+    /// The command: `start <id> <pid>`, a `setsid` descendant that writes `child <id> <pid>`
+    /// and ticks, then `body` (which ticks itself unless it exits at once).
+    fn script(body: &str) -> String {
+        format!(
+            r#"id="$LABEL:$TENURE_FENCING_TOKEN"; log="$1"
+read -r pid rest < /proc/self/stat; echo "start $id $pid" >> "$log"
+setsid sh -c 'read -r pid rest < /proc/self/stat; echo "child $0 $pid" >> "$1"
+  while :; do echo "tick $0" >> "$1"; sleep 0.02; done' "$id" "$log" &
+tick() {{ while :; do echo "tick $id" >> "$log"; sleep 0.02; done; }}
+{body}"#
+        )
+    }
+
+    fn run(&self, label: &str, extra: &[&str], body: &str) -> Runner {
+        self.run_with(label, extra, body, true)
+    }
+
+    /// `collect`: read its stderr into [`Runner::stderr`]; else leave the pipe to the test.
+    fn run_with(&self, label: &str, extra: &[&str], body: &str, collect: bool) -> Runner {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["run", "--lease", &self.lease, "--prefix", &self.prefix])
+            .args(["--ttl", &format!("{}ms", TTL.as_millis())])
+            .args(["--grace", &format!("{}ms", GRACE.as_millis())])
+            .args(extra)
+            .args(["--", "sh", "-c", &Scene::script(body), "sh"])
+            .arg(&self.log)
+            .env("TENURE_DATABASE_URL", &self.url)
+            .env("LABEL", label)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let collected = Arc::new(Mutex::new(String::new()));
+        if let Some(mut pipe) = child.stderr.take_if(|_| collect) {
+            let collected = collected.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    collected
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        Runner {
+            child,
+            label: label.to_owned(),
+            stderr: collected,
+        }
+    }
+
+    fn lines(&self) -> Vec<Line> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|text| {
+                let fields: Vec<&str> = text.split_whitespace().collect();
+                let kind = match *fields.first()? {
+                    "start" => Kind::Start,
+                    "child" => Kind::Child,
+                    "tick" => Kind::Tick,
+                    "term" => Kind::Term,
+                    _ => return None,
+                };
+                Some(Line {
+                    kind,
+                    id: (*fields.get(1)?).to_owned(),
+                    pid: fields.get(2).and_then(|p| p.parse().ok()).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// Waits until a line satisfies `pred`; returns it and the time it was seen.
+    fn wait_for(&self, what: &str, mut pred: impl FnMut(&Line) -> bool) -> (Line, Instant) {
+        let began = Instant::now();
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|l| pred(l)) {
+                return (line, Instant::now());
+            }
+            assert!(
+                began.elapsed() < LIMIT,
+                "no {what} after {LIMIT:?}: {:?}",
+                self.lines()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn started(&self, label: &str) -> (Line, Line) {
+        let prefix = format!("{label}:");
+        let (start, _) = self.wait_for(&format!("start of {label}"), |l| {
+            l.kind == Kind::Start && l.id.starts_with(&prefix)
+        });
+        let (child, _) = self.wait_for(&format!("child of {label}"), |l| {
+            l.kind == Kind::Child && l.id == start.id
+        });
+        (start, child)
+    }
+
+    /// Checks the whole log: no overlap, and returns the ids in the order they started.
+    fn assert_one_at_a_time(&self) -> Vec<String> {
+        let lines = self.lines();
+        let found = overlaps(&lines);
+        println!(
+            "{} log lines, {} commands, {} overlapping lines",
+            lines.len(),
+            lines.iter().filter(|l| l.kind == Kind::Start).count(),
+            found.len()
+        );
+        assert!(found.is_empty(), "two commands at once: {found:?}");
+        lines
+            .into_iter()
+            .filter(|l| l.kind == Kind::Start)
+            .map(|l| l.id)
+            .collect()
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl Runner {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).unwrap();
+    }
+
+    /// The guard: the runner's child (also `tenure`).
+    fn guard(&self) -> Pid {
+        let pid = self.pid().as_raw();
+        Pid::from_raw(children(pid).into_iter().next().expect("a guard"))
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let began = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the stderr thread drain.
+                std::thread::sleep(Duration::from_millis(50));
+                return status;
+            }
+            if began.elapsed() > LIMIT {
+                let _ = self.child.kill();
+                panic!(
+                    "{} did not exit within {LIMIT:?}: {}",
+                    self.label,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = kill(self.pid(), Signal::SIGTERM);
+            let _ = self.wait();
+        }
+    }
+}
+
+/// Every line of a command written after a later command started: each would be an instant
+/// with two commands running.
+fn overlaps(lines: &[Line]) -> Vec<String> {
+    let mut current: Option<&str> = None;
+    let mut found = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        match (&line.kind, current) {
+            (Kind::Start, _) => current = Some(&line.id),
+            (_, Some(id)) if id == line.id => {}
+            _ => found.push(format!("line {n}: {line:?} while {current:?} runs")),
+        }
+    }
+    found
+}
+
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let ppid = stat
+                        .rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .to_owned();
+                    ppid.parse::<i32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// Waits until none of `pids` runs; returns when.
+fn wait_gone(pids: &[i32]) -> Instant {
+    let began = Instant::now();
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(began.elapsed() < LIMIT, "{pids:?} still alive");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Instant::now()
+}
+
+fn no_escapes(stderr: &str) {
+    assert!(
+        !stderr.contains('\x1b'),
+        "ANSI escapes on a pipe: {stderr:?}"
+    );
+}
+
+/// Case 1: the runner is stopped, not its command. The guard stops the command by the
+/// deadline; the standby is elected only after; the runner, continued, exits "lost".
+#[test]
+fn case1_a_stopped_runner_has_its_command_gone_by_the_deadline() {
+    let scene = Scene::new();
+    let mut a = scene.run("a", &[], "tick");
+    let (start, child) = scene.started("a");
+    let mut b = scene.run("b", &[], "sleep 0.3");
+    std::thread::sleep(TTL / 2);
+
+    a.signal(Signal::SIGSTOP);
+    let stopped = Instant::now();
+    let gone = wait_gone(&[start.pid, child.pid]);
+    let took = gone - stopped;
+    println!("case 1: runner stopped; its command tree gone {took:?} later (ttl {TTL:?})");
+    // The deadline is at most a ttl after the stop; allow half a ttl for a loaded machine.
+    assert!(took <= TTL + TTL / 2, "{took:?}");
+    scene.started("b");
+    std::thread::sleep(3 * TTL - stopped.elapsed().min(3 * TTL));
+    a.signal(Signal::SIGCONT);
+    let a_status = a.wait();
+    assert_eq!(a_status.code(), Some(75), "lost leadership: {}", a.stderr());
+    assert_eq!(b.wait().code(), Some(0), "{}", b.stderr());
+    let order = scene.assert_one_at_a_time();
+    assert_eq!(order, ["a:1", "b:2"]);
+    no_escapes(&a.stderr());
+}
+
+/// Case 2: the guard is killed. Its command and the command's escaped descendant are gone
+/// before anyone else is elected; the runner says so and exits 70.
+#[test]
+fn case2_a_killed_guard_takes_the_command_tree_with_it() {
+    let scene = Scene::new();
+    let mut a = scene.run("a", &[], "tick");
+    let (start, child) = scene.started("a");
+    let mut b = scene.run("b", &[], "sleep 0.3");
+    std::thread::sleep(TTL / 2);
+
+    kill(a.guard(), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let gone = wait_gone(&[start.pid, child.pid]);
+    println!(
+        "case 2: guard killed; command tree gone {:?} later",
+        gone - killed
+    );
+    let (_, b_started) = scene.wait_for("b's start", |l| {
+        l.kind == Kind::Start && l.id.starts_with("b:")
+    });
+    assert!(gone <= b_started);
+    assert_eq!(a.wait().code(), Some(70), "{}", a.stderr());
+    assert!(
+        a.stderr().contains("guard process was killed"),
+        "{}",
+        a.stderr()
+    );
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
+}
+
+/// Case 2, the `pkill -9 tenure` form: the runner and the guard killed at once. Nobody is
+/// left to release; the command tree is gone long before the lease can expire.
+#[test]
+fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them() {
+    let scene = Scene::new();
+    let mut a = scene.run("a", &[], "tick");
+    let (start, child) = scene.started("a");
+    let mut b = scene.run("b", &[], "sleep 0.3");
+    std::thread::sleep(TTL / 2);
+
+    let guard = a.guard();
+    a.signal(Signal::SIGKILL);
+    kill(guard, Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let gone = wait_gone(&[start.pid, child.pid]);
+    let (_, b_started) = scene.wait_for("b's start", |l| {
+        l.kind == Kind::Start && l.id.starts_with("b:")
+    });
+    println!(
+        "case 2 (runner and guard killed): command tree gone {:?} later, next leader after {:?}",
+        gone - killed,
+        b_started - killed
+    );
+    assert!(gone <= b_started);
+    let _ = a.wait();
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
+}
+
+/// Case 3: a descendant that left the process group, still running when the command exits
+/// on its own, is stopped before the lease is released.
+#[test]
+fn case3_a_daemonized_descendant_is_gone_before_the_release() {
+    let scene = Scene::new();
+    let mut a = scene.run("a", &[], "sleep 0.3; exit 4");
+    let (_, child) = scene.started("a");
+    let mut b = scene.run("b", &[], "sleep 0.3");
+    assert_eq!(
+        a.wait().code(),
+        Some(4),
+        "the command's own code: {}",
+        a.stderr()
+    );
+    assert!(
+        !alive(child.pid),
+        "the escaped descendant outlived the release"
+    );
+    assert!(a.stderr().contains("released lease"), "{}", a.stderr());
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
+}
+
+/// Case 4: a command that ignores SIGTERM is killed --grace after it, when a contender with
+/// a higher priority waits.
+#[test]
+fn case4_a_step_down_escalates_to_sigkill_after_the_grace_period() {
+    let scene = Scene::new();
+    let mut low = scene.run("low", &[], r#"trap 'echo "term $id" >> "$log"' TERM; tick"#);
+    let (start, child) = scene.started("low");
+    let mut high = scene.run("high", &["--priority", "10"], "sleep 0.3");
+    let (_, termed) = scene.wait_for("SIGTERM", |l| l.kind == Kind::Term);
+    let gone = wait_gone(&[start.pid, child.pid]);
+    let escalation = gone - termed;
+    println!("case 4: SIGTERM ignored; killed {escalation:?} after it (--grace {GRACE:?})");
+    assert!(
+        escalation + Duration::from_millis(50) >= GRACE,
+        "{escalation:?}"
+    );
+    assert!(escalation <= GRACE + TTL / 2, "{escalation:?}");
+    assert_eq!(low.wait().code(), Some(76), "handed over: {}", low.stderr());
+    assert_eq!(high.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["low:1", "high:2"]);
+}
+
+/// Case 5: two live processes with one owner id: one leader; the other waits, reports the
+/// duplicate naming the owner, and takes a new token once the first has ended.
+#[test]
+fn case5_two_live_processes_with_one_owner_give_one_leader_then_a_new_token() {
+    let scene = Scene::new();
+    let mut first = scene.run("first", &["--owner", "twin"], "sleep 2.5");
+    scene.started("first");
+    let mut second = scene.run("second", &["--owner", "twin"], "sleep 0.3");
+    assert_eq!(first.wait().code(), Some(0), "{}", first.stderr());
+    assert_eq!(second.wait().code(), Some(0), "{}", second.stderr());
+    let order = scene.assert_one_at_a_time();
+    assert_eq!(order, ["first:1", "second:2"]);
+    let said = second.stderr();
+    assert!(
+        said.contains("another live process holds lease") && said.contains("as owner twin"),
+        "{said}"
+    );
+    assert_eq!(
+        said.matches("another live process").count(),
+        1,
+        "reported once: {said}"
+    );
+}
+
+/// Case 5: a restart that reuses the owner within the ttl does not continue the dead
+/// process's token.
+#[test]
+fn case5_a_restart_with_the_same_owner_within_the_ttl_takes_a_new_token() {
+    let scene = Scene::new();
+    let mut before = scene.run("before", &["--owner", "pod"], "tick");
+    let (start, child) = scene.started("before");
+    std::thread::sleep(TTL / 2);
+    before.signal(Signal::SIGKILL);
+    let _ = before.wait();
+    wait_gone(&[start.pid, child.pid]);
+    let mut after = scene.run("after", &["--owner", "pod"], "sleep 0.3");
+    assert_eq!(after.wait().code(), Some(0), "{}", after.stderr());
+    assert_eq!(scene.assert_one_at_a_time(), ["before:1", "after:2"]);
+    assert!(
+        after.stderr().contains("did not start"),
+        "{}",
+        after.stderr()
+    );
+}
+
+/// Case 6: a broken stderr (its reader gone) neither aborts `tenure run` nor leaves the
+/// lease to expire: asked to stop, it stops the command and releases at once.
+#[test]
+fn case6_a_broken_stderr_does_not_end_the_run() {
+    let scene = Scene::new();
+    let mut a = scene.run_with("a", &[], "tick", false);
+    let pipe = a.child.stderr.take();
+    scene.started("a");
+    drop(pipe); // every later write to stderr fails with EPIPE
+    let mut b = scene.run("b", &[], "sleep 0.3");
+    std::thread::sleep(2 * TTL); // renewals, and b's standby, on a broken stderr
+    assert!(a.child.try_wait().unwrap().is_none(), "tenure run ended");
+    a.signal(Signal::SIGTERM);
+    let stopped = Instant::now();
+    assert_eq!(a.wait().code(), Some(143));
+    let (_, b_started) = scene.wait_for("b's start", |l| {
+        l.kind == Kind::Start && l.id.starts_with("b:")
+    });
+    println!(
+        "case 6: next leader {:?} after SIGTERM to a runner with a broken stderr",
+        b_started - stopped
+    );
+    assert!(b_started - stopped < TTL, "released, not left to expire");
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
+}
+
+#[test]
+fn the_checker_finds_a_line_of_an_earlier_command_after_a_later_start() {
+    let line = |kind: Kind, id: &str| Line {
+        kind,
+        id: id.to_owned(),
+        pid: 0,
+    };
+    let clean = [
+        line(Kind::Start, "a:1"),
+        line(Kind::Tick, "a:1"),
+        line(Kind::Start, "b:2"),
+        line(Kind::Tick, "b:2"),
+    ];
+    assert!(overlaps(&clean).is_empty());
+    let mut overlapping = clean.to_vec();
+    overlapping.push(line(Kind::Tick, "a:1"));
+    assert_eq!(overlaps(&overlapping).len(), 1);
+}
