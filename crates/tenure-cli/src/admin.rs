@@ -79,8 +79,8 @@ fn table(snapshot: &LeaseSnapshot, contenders: &[Vec<Contender>], target: &str) 
         .zip(contenders)
         .map(|(lease, contenders)| {
             [
-                lease.lease_name.to_string(),
-                lease.owner.to_string(),
+                printable(lease.lease_name.as_str()),
+                printable(lease.owner.as_str()),
                 lease.fencing_token.to_string(),
                 liveness(lease, snapshot.now),
                 human(lease.ttl),
@@ -89,7 +89,9 @@ fn table(snapshot: &LeaseSnapshot, contenders: &[Vec<Contender>], target: &str) 
                 } else {
                     contenders
                         .iter()
-                        .map(|c| format!("{} (priority {})", c.owner, c.priority))
+                        .map(|c| {
+                            format!("{} (priority {})", printable(c.owner.as_str()), c.priority)
+                        })
                         .collect::<Vec<_>>()
                         .join(", ")
                 },
@@ -131,6 +133,21 @@ fn table(snapshot: &LeaseSnapshot, contenders: &[Vec<Contender>], target: &str) 
         snapshot.now
     );
     text
+}
+
+/// `text` for a terminal: control and bidirectional-formatting characters (which could
+/// reorder or hide what follows them on the line) escaped as `\u{…}`.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `live, 12.3s left` or `expired 4s ago` (`released` leases look expired: they are).
@@ -216,5 +233,19 @@ impl LeasesJson {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn bidirectional_and_control_characters_are_escaped() {
+        assert_eq!(printable("job-1"), "job-1");
+        assert_eq!(printable("évènement"), "évènement");
+        assert_eq!(printable("pod\u{202e}1-dab"), "pod\\u{202e}1-dab");
+        assert_eq!(printable("a\u{2066}b\u{200f}"), "a\\u{2066}b\\u{200f}");
+        assert_eq!(printable("x\u{7f}"), "x\\u{007f}");
     }
 }

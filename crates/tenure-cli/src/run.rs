@@ -418,6 +418,11 @@ impl Guarded {
             tokio::select! {
                 status = self.child.wait() => {
                     let status = status.context("waiting for the guard")?;
+                    // The guard may have ended the command on its own deadline while this
+                    // process could not run (stopped): leadership was lost all the same.
+                    if why.is_none() && !lease.is_valid() {
+                        why = Some(Why::Lost);
+                    }
                     return Ok(self.outcome(status, why, killed));
                 }
                 changed = state.changed(), if elector_running => {
