@@ -455,6 +455,30 @@ fn case4_a_step_down_escalates_to_sigkill_after_the_grace_period() {
     assert_eq!(scene.assert_one_at_a_time(), ["low:1", "high:2"]);
 }
 
+/// Case 4, with the guard stopped: the runner itself kills the guard's process group (and
+/// with the reaper, the command's namespace) a grace period after the SIGTERM.
+#[test]
+fn case4_a_stopped_guard_does_not_keep_the_command_alive_after_a_step_down() {
+    let scene = Scene::new();
+    let mut low = scene.run("low", &[], "tick");
+    let (start, child) = scene.started("low");
+    kill(low.guard(), Signal::SIGSTOP).unwrap();
+    let mut high = scene.run("high", &["--priority", "10"], "sleep 0.3");
+    let gone = wait_gone(&[start.pid, child.pid]);
+    let (_, high_started) = scene.wait_for("high's start", |l| {
+        l.kind == Kind::Start && l.id.starts_with("high:")
+    });
+    assert!(gone <= high_started);
+    assert_eq!(low.wait().code(), Some(76), "{}", low.stderr());
+    assert!(
+        low.stderr().contains("outlived its grace period"),
+        "{}",
+        low.stderr()
+    );
+    assert_eq!(high.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["low:1", "high:2"]);
+}
+
 /// Case 5: two live processes with one owner id: one leader; the other waits, reports the
 /// duplicate naming the owner, and takes a new token once the first has ended.
 #[test]
