@@ -356,17 +356,27 @@ fn case1_a_stopped_runner_has_its_command_gone_by_the_deadline() {
 /// before anyone else is elected; the runner says so and exits 70.
 #[test]
 fn case2_a_killed_guard_takes_the_command_tree_with_it() {
+    guard_killed("auto");
+}
+
+/// The same without a PID namespace.
+#[test]
+fn case2_a_killed_guard_takes_the_command_tree_with_it_as_a_subreaper() {
+    guard_killed("subreaper");
+}
+
+fn guard_killed(contain: &str) {
     let scene = Scene::new();
-    let mut a = scene.run("a", &[], "tick");
+    let mut a = scene.run("a", &["--contain", contain], "tick");
     let (start, child) = scene.started("a");
-    let mut b = scene.run("b", &[], "sleep 0.3");
+    let mut b = scene.run("b", &["--contain", contain], "sleep 0.3");
     std::thread::sleep(TTL / 2);
 
     kill(a.guard(), Signal::SIGKILL).unwrap();
     let killed = Instant::now();
     let gone = wait_gone(&[start.pid, child.pid]);
     println!(
-        "case 2: guard killed; command tree gone {:?} later",
+        "({contain}) case 2: guard killed; command tree gone {:?} later",
         gone - killed
     );
     let (_, b_started) = scene.wait_for("b's start", |l| {
@@ -387,10 +397,20 @@ fn case2_a_killed_guard_takes_the_command_tree_with_it() {
 /// left to release; the command tree is gone long before the lease can expire.
 #[test]
 fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them() {
+    runner_and_guard_killed("auto");
+}
+
+/// The same without a PID namespace (the reaper, left alive, kills the tree on its parent-death signal).
+#[test]
+fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them_as_a_subreaper() {
+    runner_and_guard_killed("subreaper");
+}
+
+fn runner_and_guard_killed(contain: &str) {
     let scene = Scene::new();
-    let mut a = scene.run("a", &[], "tick");
+    let mut a = scene.run("a", &["--contain", contain], "tick");
     let (start, child) = scene.started("a");
-    let mut b = scene.run("b", &[], "sleep 0.3");
+    let mut b = scene.run("b", &["--contain", contain], "sleep 0.3");
     std::thread::sleep(TTL / 2);
 
     let guard = a.guard();
@@ -402,7 +422,7 @@ fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them() {
         l.kind == Kind::Start && l.id.starts_with("b:")
     });
     println!(
-        "case 2 (runner and guard killed): command tree gone {:?} later, next leader after {:?}",
+        "({contain}) case 2 (runner and guard killed): command tree gone {:?} later, next leader after {:?}",
         gone - killed,
         b_started - killed
     );
@@ -416,10 +436,20 @@ fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them() {
 /// on its own, is stopped before the lease is released.
 #[test]
 fn case3_a_daemonized_descendant_is_gone_before_the_release() {
+    daemon_left_behind("auto");
+}
+
+/// The same without a PID namespace.
+#[test]
+fn case3_a_daemonized_descendant_is_gone_before_the_release_as_a_subreaper() {
+    daemon_left_behind("subreaper");
+}
+
+fn daemon_left_behind(contain: &str) {
     let scene = Scene::new();
-    let mut a = scene.run("a", &[], "sleep 0.3; exit 4");
+    let mut a = scene.run("a", &["--contain", contain], "sleep 0.3; exit 4");
     let (_, child) = scene.started("a");
-    let mut b = scene.run("b", &[], "sleep 0.3");
+    let mut b = scene.run("b", &["--contain", contain], "sleep 0.3");
     assert_eq!(
         a.wait().code(),
         Some(4),
