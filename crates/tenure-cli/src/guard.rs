@@ -30,10 +30,10 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::net::UnixStream;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 use crate::reaper::{Hold, SETUP_FAILED};
-use crate::run::exit_code;
+use crate::run::{exit_code, pid_of, sleep_until_opt};
 use crate::{say, tree};
 
 /// How the command's tree is held.
@@ -153,11 +153,7 @@ async fn guard(args: GuardArgs, hold: Hold) -> anyhow::Result<ExitCode> {
         .args(&args.command)
         .spawn()
         .context("starting the command")?;
-    let reaper_pid = reaper
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw)
-        .context("the reaper has no pid")?;
+    let reaper_pid = pid_of(&reaper).context("the reaper has no pid")?;
 
     let mut lines = BufReader::new(control).lines();
     let mut watch = Watch {
@@ -287,12 +283,5 @@ impl Watch {
         .into_iter()
         .flatten()
         .min()
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }

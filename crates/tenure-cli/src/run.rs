@@ -294,11 +294,7 @@ impl Guarded {
             .process_group(0)
             .spawn()
             .context("starting the command")?;
-        let group = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw)
-            .context("the guard has no pid")?;
+        let group = pid_of(&child).context("the guard has no pid")?;
         let stream = tokio::select! {
             accepted = timeout(Duration::from_secs(10), listener.accept()) => match accepted {
                 Ok(Ok((stream, _))) => stream,
@@ -514,7 +510,16 @@ impl Drop for ControlDir {
     }
 }
 
-async fn sleep_until_opt(deadline: Option<Instant>) {
+/// The pid of a child that has not been reaped yet.
+pub fn pid_of(child: &Child) -> Option<Pid> {
+    child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+pub async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => sleep_until(deadline).await,
         None => std::future::pending().await,

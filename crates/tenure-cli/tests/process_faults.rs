@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use support::{alive, children};
 use tenure_pg_test::{PrefixGuard, required_server, unique_name, unique_prefix};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -270,43 +273,6 @@ fn overlaps(lines: &[Line]) -> Vec<String> {
     found
 }
 
-fn children(pid: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let ppid = stat
-                        .rsplit_once(')')?
-                        .1
-                        .split_whitespace()
-                        .nth(1)?
-                        .to_owned();
-                    ppid.parse::<i32>().ok()
-                })
-                == Some(pid)
-        })
-        .collect()
-}
-
-/// Whether `pid` runs (a zombie does not).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
-}
-
 /// Waits until none of `pids` runs; returns when.
 fn wait_gone(pids: &[i32]) -> Instant {
     let began = Instant::now();
@@ -365,32 +331,38 @@ fn case2_a_killed_guard_takes_the_command_tree_with_it_as_a_subreaper() {
     guard_killed("subreaper");
 }
 
-fn guard_killed(contain: &str) {
+/// A leader `a` (ticking, with its escaped descendant) and a standby `b`; `hit` is done to
+/// `a`'s processes. Returns how long after the hit `a`'s tree was gone and `b`'s command
+/// started, having checked that the one came before the other, and `a`'s exit status.
+fn hit_the_leader(contain: &str, hit: impl FnOnce(&Runner)) -> (Duration, Duration, Runner) {
     let scene = Scene::new();
     let mut a = scene.run("a", &["--contain", contain], "tick");
     let (start, child) = scene.started("a");
     let mut b = scene.run("b", &["--contain", contain], "sleep 0.3");
     std::thread::sleep(TTL / 2);
 
-    kill(a.guard(), Signal::SIGKILL).unwrap();
-    let killed = Instant::now();
+    hit(&a);
+    let hit_at = Instant::now();
     let gone = wait_gone(&[start.pid, child.pid]);
-    println!(
-        "({contain}) case 2: guard killed; command tree gone {:?} later",
-        gone - killed
-    );
     let (_, b_started) = scene.wait_for("b's start", |l| {
         l.kind == Kind::Start && l.id.starts_with("b:")
     });
     assert!(gone <= b_started);
+    let _ = a.wait();
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
+    (gone - hit_at, b_started - hit_at, a)
+}
+
+fn guard_killed(contain: &str) {
+    let (gone, _, mut a) = hit_the_leader(contain, |a| kill(a.guard(), Signal::SIGKILL).unwrap());
+    println!("({contain}) case 2: guard killed; command tree gone {gone:?} later");
     assert_eq!(a.wait().code(), Some(70), "{}", a.stderr());
     assert!(
         a.stderr().contains("guard process was killed"),
         "{}",
         a.stderr()
     );
-    assert_eq!(b.wait().code(), Some(0));
-    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
 }
 
 /// Case 2, the `pkill -9 tenure` form: the runner and the guard killed at once. Nobody is
@@ -400,36 +372,23 @@ fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them() {
     runner_and_guard_killed("auto");
 }
 
-/// The same without a PID namespace (the reaper, left alive, kills the tree on its parent-death signal).
+/// The same without a PID namespace (the reaper, left alive, kills the tree on its
+/// parent-death signal).
 #[test]
 fn case2_killing_runner_and_guard_together_takes_the_command_tree_with_them_as_a_subreaper() {
     runner_and_guard_killed("subreaper");
 }
 
 fn runner_and_guard_killed(contain: &str) {
-    let scene = Scene::new();
-    let mut a = scene.run("a", &["--contain", contain], "tick");
-    let (start, child) = scene.started("a");
-    let mut b = scene.run("b", &["--contain", contain], "sleep 0.3");
-    std::thread::sleep(TTL / 2);
-
-    let guard = a.guard();
-    a.signal(Signal::SIGKILL);
-    kill(guard, Signal::SIGKILL).unwrap();
-    let killed = Instant::now();
-    let gone = wait_gone(&[start.pid, child.pid]);
-    let (_, b_started) = scene.wait_for("b's start", |l| {
-        l.kind == Kind::Start && l.id.starts_with("b:")
+    let (gone, next, _) = hit_the_leader(contain, |a| {
+        let guard = a.guard();
+        a.signal(Signal::SIGKILL);
+        kill(guard, Signal::SIGKILL).unwrap();
     });
     println!(
-        "({contain}) case 2 (runner and guard killed): command tree gone {:?} later, next leader after {:?}",
-        gone - killed,
-        b_started - killed
+        "({contain}) case 2 (runner and guard killed): command tree gone {gone:?} later, next \
+         leader after {next:?}"
     );
-    assert!(gone <= b_started);
-    let _ = a.wait();
-    assert_eq!(b.wait().code(), Some(0));
-    assert_eq!(scene.assert_one_at_a_time(), ["a:1", "b:2"]);
 }
 
 /// Case 3: a descendant that left the process group, still running when the command exits

@@ -3,12 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use support::alive;
 use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -153,22 +156,6 @@ fn now_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos()
-}
-
-/// Whether `pid` runs (a zombie, killed but not yet reaped, does not).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
 }
 
 /// Every start is followed by its own end before the next start.
