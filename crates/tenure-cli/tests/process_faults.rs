@@ -14,6 +14,7 @@ mod support;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,8 @@ struct Runner {
     child: Child,
     label: String,
     stderr: Arc<Mutex<String>>,
+    /// Set when its stderr reached end of file (every writer gone).
+    drained: Arc<AtomicBool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,8 +115,10 @@ tick() {{ while :; do echo "tick $id" >> "$log"; sleep 0.02; done; }}
             .spawn()
             .unwrap();
         let collected = Arc::new(Mutex::new(String::new()));
+        let drained = Arc::new(AtomicBool::new(!collect));
         if let Some(mut pipe) = child.stderr.take_if(|_| collect) {
             let collected = collected.clone();
+            let drained = drained.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = pipe.read(&mut buf) {
@@ -125,12 +130,14 @@ tick() {{ while :; do echo "tick $id" >> "$log"; sleep 0.02; done; }}
                         .unwrap()
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
+                drained.store(true, Ordering::SeqCst);
             });
         }
         Runner {
             child,
             label: label.to_owned(),
             stderr: collected,
+            drained,
         }
     }
 
@@ -227,8 +234,10 @@ impl Runner {
         let began = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                // Let the stderr thread drain.
-                std::thread::sleep(Duration::from_millis(50));
+                // Its stderr ends when the last process of its tree is gone.
+                while !self.drained.load(Ordering::SeqCst) && began.elapsed() < LIMIT {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 no_escapes(&self.stderr());
                 return status;
             }
