@@ -29,7 +29,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tenure_election::{ElectorConfig, LeaderElector, LeaderLease, ValidConfig};
+use tenure_election::{ElectorConfig, LeaderElector, LeaderLease, LeadershipState, ValidConfig};
 use tenure_postgres::SchemaMode;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixListener;
@@ -370,8 +370,14 @@ impl Guarded {
                     newer
                 });
             } else if !killed {
+                let how = match elector.state() {
+                    LeadershipState::Standby { holder, token } => {
+                        format!("was taken over by {holder} (token {token})")
+                    }
+                    _ => "lapsed: no renewal was confirmed in time".to_owned(),
+                };
                 say(format_args!(
-                    "leadership of {} lapsed: no renewal was confirmed in time; killing the command",
+                    "leadership of {} {how}; killing the command",
                     lease.lease_name()
                 ));
                 why.get_or_insert(Why::Lost);

@@ -44,7 +44,9 @@ pub fn own_proc_pid() -> Option<i32> {
         .ok()
 }
 
-/// Every descendant of `root`, children first.
+/// Every descendant of `root`, the deepest first: killed in this order, a process is killed
+/// after those below it, so that a killer that dies half-way (a guard killed while it kills)
+/// leaves the reaper, which cleans up on its parent-death signal, rather than its orphans.
 pub fn descendants(root: i32) -> Vec<i32> {
     let parents = parents();
     let mut found = vec![root];
@@ -60,6 +62,7 @@ pub fn descendants(root: i32) -> Vec<i32> {
         next += 1;
     }
     found.remove(0);
+    found.reverse();
     found
 }
 
@@ -95,5 +98,44 @@ pub fn kill_and_reap_all() {
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descendants_come_deepest_first() {
+        let Ok(mut shell) = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+        else {
+            panic!("cannot start sh");
+        };
+        let shell_pid = i32::try_from(shell.id()).unwrap_or(0);
+        let me = own_proc_pid().unwrap_or(0);
+        let began = std::time::Instant::now();
+        let found = loop {
+            let found = descendants(me);
+            let has_grandchild = found.iter().any(|pid| parent_of(*pid) == Some(shell_pid));
+            if has_grandchild || began.elapsed() > Duration::from_secs(5) {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let shell_at = found.iter().position(|pid| *pid == shell_pid);
+        let sleep_at = found
+            .iter()
+            .position(|pid| parent_of(*pid) == Some(shell_pid));
+        if let Some(at) = sleep_at {
+            let _ = kill(Pid::from_raw(found[at]), Signal::SIGKILL);
+        }
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert!(
+            matches!((sleep_at, shell_at), (Some(s), Some(p)) if s < p),
+            "{found:?}"
+        );
     }
 }
