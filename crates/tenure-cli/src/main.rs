@@ -45,6 +45,7 @@ enum Command {
     /// and fence off a zombie.
     Demo(DemoArgs),
     /// Run a command only while holding a lease; stop it as soon as leadership is in doubt.
+    #[command(after_long_help = run::EXIT_CODES)]
     Run(run::RunArgs),
     /// List every lease, its holder and liveness (on the database's clock), and its contenders.
     Leases(LeasesArgs),

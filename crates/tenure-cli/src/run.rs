@@ -53,6 +53,15 @@ pub const EXIT_HANDED_OVER: u8 = 76;
 /// reaper) was killed, and the command's tree with it.
 pub const EXIT_GUARD_KILLED: u8 = 70;
 
+/// The exit codes, for `tenure run --help`.
+pub const EXIT_CODES: &str = "Exit codes:
+  the command's     it exited on its own during the tenure (128 + N if signal N ended it)
+  128 + N           tenure run received signal N and stopped the command
+  75                leadership was lost (not confirmed in time, or taken over)
+  76                the command was stopped to hand the lease to a higher priority
+  70                the guard was killed, and the command's tree with it
+  1, 2              an error before the command started; a usage error";
+
 /// What `tenure run` is asked to do.
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -77,10 +86,7 @@ pub struct RunArgs {
     /// does; after a step-down request or a signal, SIGKILL this long after SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     grace: Option<Duration>,
-    /// How the command's process tree is held: `auto` (a PID namespace if one can be created,
-    /// else a subreaper), `pid-namespace` (or fail), `subreaper` (the command sees the host's
-    /// pids; a descendant that leaves the process group survives if every tenure process is
-    /// killed at once).
+    /// How the command's process tree is held, so that nothing of it outlives leadership.
     #[arg(long, value_enum, default_value = "auto")]
     contain: Contain,
     #[command(flatten)]
