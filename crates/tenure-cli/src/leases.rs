@@ -188,8 +188,8 @@ fn table(view: &View, target: &str) -> String {
             let state = State::of(lease, now);
             let ago = |at: Timestamp| format!("{} ago", short(now.saturating_duration_since(at)));
             [
-                lease.lease_name.to_string(),
-                lease.owner.to_string(),
+                printable(lease.lease_name.as_str()),
+                printable(lease.owner.as_str()),
                 lease.fencing_token.to_string(),
                 match state {
                     State::Live => "live".to_owned(),
@@ -246,7 +246,7 @@ fn standing_by(lease: &Lease, state: State, contenders: &[Contender]) -> String 
     let others: Vec<String> = contenders
         .iter()
         .filter(|c| !(state == State::Live && c.owner == lease.owner))
-        .map(|c| format!("{} (priority {})", c.owner, c.priority))
+        .map(|c| format!("{} (priority {})", printable(c.owner.as_str()), c.priority))
         .collect();
     if others.is_empty() {
         "-".to_owned()
@@ -383,4 +383,20 @@ mod tests {
         assert_eq!(short(Duration::from_secs(312)), "5m12s");
         assert_eq!(short(Duration::from_secs(7_380)), "2h03m");
     }
+}
+
+/// `text` with control and bidirectional-control characters shown as `\u{…}` escapes, so
+/// that a lease name or an owner id cannot rewrite or reorder the terminal's output.
+fn printable(text: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -18,9 +18,11 @@ mod duration;
 mod guard;
 mod leases;
 mod metrics;
+mod reaper;
 mod run;
+mod tree;
 
-use std::ffi::OsString;
+use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -45,16 +47,20 @@ enum Command {
     /// and fence off a zombie.
     Demo(DemoArgs),
     /// Run a command only while holding a lease; stop it as soon as leadership is in doubt.
-    Run(RunArgs),
+    #[command(after_long_help = run::EXIT_CODES)]
+    Run(run::RunArgs),
     /// List every lease, its holder and liveness (on the database's clock), and its contenders.
     Leases(LeasesArgs),
     /// Print the DDL of the lease tables, as `tenure schema ensure` applies it.
     Ddl(DdlArgs),
     /// Create the lease tables if missing, or check that they are in place.
     Schema(SchemaArgs),
-    /// Internal: supervises the command of `tenure run` in its own process group.
+    /// Internal: holds the deadline of `tenure run`'s command and ends its tree in time.
     #[command(name = "__guard", hide = true)]
-    Guard(GuardArgs),
+    Guard(guard::GuardArgs),
+    /// Internal: the parent of `tenure run`'s command, bounding its tree's life.
+    #[command(name = "__reaper", hide = true)]
+    Reaper(reaper::ReaperArgs),
 }
 
 #[derive(Args, Debug)]
@@ -80,44 +86,10 @@ struct DbArgs {
         hide_env_values = true,
         value_name = "URL"
     )]
-    database_url: String,
+    pub(crate) database_url: String,
     /// The prefix of the lease tables.
     #[arg(long, default_value = tenure_postgres::DEFAULT_PREFIX)]
-    prefix: String,
-}
-
-#[derive(Args, Debug)]
-struct RunArgs {
-    /// The lease to hold while the command runs.
-    #[arg(long)]
-    lease: String,
-    /// This contender's id (default: the host name and a random suffix).
-    #[arg(long)]
-    owner: Option<String>,
-    /// The priority: a live contender with a higher one asks the holder to step down.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    priority: i64,
-    /// The lease ttl.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    ttl: Duration,
-    /// How often to renew or ask (default: ttl/3).
-    #[arg(long, value_parser = parse_duration)]
-    poll: Option<Duration>,
-    /// The time between SIGTERM and SIGKILL (default: ttl/4). The command gets SIGTERM this
-    /// long before the lease would lapse without a confirmed renewal, and SIGKILL when it does.
-    #[arg(long, value_parser = parse_duration)]
-    grace: Option<Duration>,
-    #[command(flatten)]
-    db: DbArgs,
-    /// What to do to the lease tables first: ensure (create if missing), validate, or none.
-    #[arg(long, default_value = "ensure", value_parser = parse_schema_mode)]
-    schema: tenure_postgres::SchemaMode,
-    /// Serve the election's metrics as Prometheus text on this address (e.g. 127.0.0.1:9464).
-    #[arg(long, value_name = "ADDR")]
-    metrics_listen: Option<std::net::SocketAddr>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    command: Vec<OsString>,
+    pub(crate) prefix: String,
 }
 
 #[derive(Args, Debug)]
@@ -155,15 +127,6 @@ enum SchemaAction {
     Validate(DbArgs),
 }
 
-#[derive(Args, Debug)]
-struct GuardArgs {
-    /// The `tenure run` process: if it dies, the command is killed.
-    #[arg(long)]
-    parent: u32,
-    #[arg(last = true, required = true)]
-    command: Vec<OsString>,
-}
-
 fn parse_interval(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         interval if interval < Duration::from_millis(100) => Err(format!(
@@ -173,7 +136,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     }
 }
 
-fn parse_schema_mode(text: &str) -> Result<tenure_postgres::SchemaMode, String> {
+pub(crate) fn parse_schema_mode(text: &str) -> Result<tenure_postgres::SchemaMode, String> {
     match text {
         "ensure" => Ok(tenure_postgres::SchemaMode::Ensure),
         "validate" => Ok(tenure_postgres::SchemaMode::Validate),
@@ -185,12 +148,19 @@ fn parse_schema_mode(text: &str) -> Result<tenure_postgres::SchemaMode, String> 
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let message = backend::scrub(&info.to_string());
-        eprintln!("tenure: internal error: {}", one_line(&message));
+        say(format_args!("internal error: {}", one_line(&message)));
     }));
     backend::remember_secrets(std::env::args_os());
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
+    };
+    // The guard sets up the command's PID namespace before any thread exists; the reaper
+    // needs no runtime at all.
+    let cli = match cli.command {
+        Command::Guard(args) => return guard::main(args),
+        Command::Reaper(args) => return reaper::reaper(args),
+        command => Cli { command },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -233,19 +203,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(listen) = args.metrics_listen {
                 metrics::serve(listen)?;
             }
-            run::run(run::RunOptions {
-                lease: args.lease,
-                owner: args.owner,
-                priority: args.priority,
-                ttl: args.ttl,
-                poll: args.poll,
-                grace: args.grace,
-                url: args.db.database_url,
-                prefix: args.db.prefix,
-                schema: args.schema,
-                command: args.command,
-            })
-            .await
+            run::run(args).await
         }
         Command::Leases(args) => {
             init_logging("warn", None);
@@ -271,16 +229,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             admin::schema(&db.database_url, &db.prefix, mode).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Guard(args) => guard::guard(args.parent, args.command).await,
+        Command::Guard(_) | Command::Reaper(_) => {
+            anyhow::bail!("internal subcommands are dispatched before the runtime starts")
+        }
     }
+}
+
+/// Writes `tenure: <message>` to stderr as one write. A failed write (a closed pipe, a dead
+/// log collector) is ignored: it must never end, or abort, the process that holds a lease.
+pub(crate) fn say(message: impl std::fmt::Display) {
+    let line = format!("tenure: {message}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default: `default`); the demo adds its narrator,
 /// which hears the elector's events whatever the filter says.
 fn init_logging(default: &str, narration: Option<demo::NarrationLayer>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only on a terminal; a failed write is dropped, never reported on the same
+    // broken stderr (which would panic).
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .with_target(false)
         .with_filter(filter);
     let _ = tracing_subscriber::registry()
@@ -313,19 +284,36 @@ fn usage_error(error: &clap::Error) -> ExitCode {
                 .collect();
             let first = paragraph.join(" ");
             let first = first.trim_start_matches("error: ");
-            eprintln!(
-                "tenure: error: {} (see tenure --help)",
+            say(format_args!(
+                "error: {} (see tenure --help)",
                 backend::scrub(first)
-            );
+            ));
             ExitCode::from(2)
         }
     }
 }
 
 fn fail(error: &anyhow::Error) -> ExitCode {
-    let message = backend::scrub(&format!("{error:#}"));
-    eprintln!("tenure: error: {}", one_line(&message));
+    let message = backend::scrub(&chain(error));
+    say(format_args!("error: {}", one_line(&message)));
     ExitCode::FAILURE
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause that its effect's message
+/// already quotes (many errors print their source, and also return it as `source()`).
+fn chain(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }
 
 fn one_line(text: &str) -> String {

@@ -3,12 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use support::alive;
 use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -40,11 +43,13 @@ impl Scene {
     }
 
     /// Starts `tenure run` as `name`, with a child that appends
-    /// `start <name> <pid> <token> <unix nanos>` to the log, runs `body`, then appends
+    /// `start <name> <pid> <token> <unix nanos>` to the log (the pid as `/proc` shows it: `$$`
+    /// is the pid inside the command's PID namespace), runs `body`, then appends
     /// `end <name> <unix nanos>`, and exits with `body`'s code.
     fn run(&self, name: &str, priority: i64, body: &str) -> Child {
         let script = format!(
-            "echo \"start {name} $$ $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
+            "read -r pid rest < /proc/self/stat; \
+             echo \"start {name} $pid $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
              code=$?; echo \"end {name} $(date +%s%N)\" >> \"$1\"; exit $code"
         );
         Command::new(env!("CARGO_BIN_EXE_tenure"))
@@ -153,22 +158,6 @@ fn now_nanos() -> u128 {
         .as_nanos()
 }
 
-/// Whether `pid` runs (a zombie, killed but not yet reaped, does not).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
-}
-
 /// Every start is followed by its own end before the next start.
 fn assert_one_at_a_time(lines: &[Line]) {
     for pair in lines.chunks(2) {
@@ -260,7 +249,7 @@ fn a_higher_priority_contender_makes_the_leader_stop_its_command_and_hand_over()
     // The low-priority leader gets SIGTERM on its next renewal and exits; the high-priority
     // contender takes over at its next request.
     let low_status = wait_with_limit(&mut low, Duration::from_secs(10));
-    assert_eq!(low_status.code(), Some(143));
+    assert_eq!(low_status.code(), Some(76), "handed over");
     let high_status = wait_with_limit(&mut high, Duration::from_secs(10));
     assert_eq!(high_status.code(), Some(0));
     let lines = scene.lines();

@@ -4,16 +4,23 @@
 //!
 //! One task runs one campaign. It owns the `watch` sender of the elector's state, so the state
 //! is published from one place, in order, and every transition is logged there.
+//!
+//! A holding answer that renews a tenure this elector did not start is not leadership (see
+//! [`identity`](crate::identity)): the campaign stops requesting, waits that tenure out on
+//! snapshots of the leases, and contends again once it has ended.
 
 use std::future::pending;
 use std::sync::Arc;
 
-use tenure_ports::{EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
+use tenure_ports::{
+    EventStorage, EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
+};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{Instant, sleep_until};
-use tracing::{Instrument as _, debug, info, warn};
+use tokio::time::{Instant, sleep_until, timeout};
+use tracing::{Instrument as _, debug, error, info, warn};
 
 use crate::config::ValidConfig;
+use crate::identity::{Holding, Verdict, holding, judge};
 use crate::metrics::{self, HandoverWatch};
 use crate::observe;
 use crate::state::LeadershipState;
@@ -34,6 +41,19 @@ pub(crate) struct Campaign {
     state: watch::Sender<LeadershipState>,
     commands: mpsc::UnboundedReceiver<Command>,
     handover: HandoverWatch,
+    /// The token of the last tenure this elector started.
+    own: Option<FencingToken>,
+    /// A tenure under this elector's owner id that it did not start, as last seen, while it
+    /// waits for it to end. Nothing is released meanwhile: a release would end it.
+    foreign: Option<Lease>,
+    /// Whether the live twin holding `foreign` has been reported (once per episode).
+    twin_reported: bool,
+}
+
+/// Whether the campaign goes on after waiting out a foreign tenure.
+enum Flow {
+    Contend,
+    Stop,
 }
 
 /// How one request ended, from the loop's point of view.
@@ -54,6 +74,9 @@ impl Campaign {
             state,
             commands,
             handover: HandoverWatch::new(),
+            own: None,
+            foreign: None,
+            twin_reported: false,
         }
     }
 
@@ -103,6 +126,110 @@ impl Campaign {
             );
             let answer = self.request_once().instrument(step.clone()).await;
             step.in_scope(|| self.answer(sent_at, answer));
+            if self.foreign.is_some() {
+                match self.wait_out().await {
+                    Flow::Contend => next_request = Instant::now(),
+                    Flow::Stop => return,
+                }
+            }
+        }
+    }
+
+    /// Waits, without renewing it, until the foreign tenure has ended on the storage's clock:
+    /// first one ttl (plus the safety margin, for the clocks' rates) after the answer that
+    /// renewed it, then as long as each snapshot says it stays live. Release and shutdown
+    /// are answered without touching the storage. If no snapshot can be had, the campaign
+    /// contends again, and an answer that still renews the same tenure shows a live twin.
+    async fn wait_out(&mut self) -> Flow {
+        let margin = self.config.safety_margin();
+        let mut wake = Instant::now() + self.config.ttl() + margin;
+        loop {
+            tokio::select! {
+                command = self.commands.recv() => match command {
+                    // Nothing of this elector's is held: nothing to release.
+                    Some(Command::Release(done)) => {
+                        let _ = done.send(Ok(()));
+                        continue;
+                    }
+                    Some(Command::Shutdown(done)) => {
+                        self.state.send_replace(LeadershipState::Unknown);
+                        let _ = done.send(Ok(()));
+                        return Flow::Stop;
+                    }
+                    None => return Flow::Stop,
+                },
+                () = sleep_until(wake) => {}
+            }
+            let Some(seen) = self.foreign.clone() else {
+                return Flow::Contend;
+            };
+            let snapshot = timeout(self.config.call_timeout(), self.storage.get_leases()).await;
+            let Ok(Ok(snapshot)) = snapshot else {
+                return Flow::Contend;
+            };
+            match judge(&snapshot, &seen) {
+                Verdict::Ended => {
+                    info!(
+                        lease = %self.config.lease_name(), owner = %self.config.owner(),
+                        token = seen.fencing_token.get(), transition = "foreign_tenure_ended",
+                        "the tenure this elector did not start has ended; contending for a new one"
+                    );
+                    self.foreign = None;
+                    self.twin_reported = false;
+                    return Flow::Contend;
+                }
+                Verdict::Live {
+                    renewed,
+                    remaining,
+                    record,
+                } => {
+                    if renewed {
+                        self.report_twin(&record);
+                    }
+                    self.foreign = Some(record);
+                    wake = Instant::now() + remaining + margin;
+                }
+            }
+        }
+    }
+
+    /// A holding answer renewed a tenure this elector did not start: do not act on it.
+    fn refuse(&mut self, lease: Lease) -> LeadershipState {
+        let waited_already = self
+            .foreign
+            .as_ref()
+            .is_some_and(|seen| seen.fencing_token == lease.fencing_token);
+        if waited_already {
+            // This elector left it unrenewed for a whole ttl, and it is still live.
+            self.report_twin(&lease);
+        } else {
+            warn!(
+                lease = %self.config.lease_name(), owner = %self.config.owner(),
+                token = lease.fencing_token.get(), transition = "foreign_tenure",
+                acquired_at = %lease.acquired_at,
+                "the lease is held under this elector's owner id by a tenure it did not start \
+                 (another process with the same owner id, or a predecessor within the ttl): \
+                 not acting as leader; waiting for that tenure to end"
+            );
+        }
+        let state = LeadershipState::Standby {
+            holder: lease.owner.clone(),
+            token: lease.fencing_token,
+        };
+        self.foreign = Some(lease);
+        state
+    }
+
+    fn report_twin(&mut self, lease: &Lease) {
+        if !self.twin_reported {
+            error!(
+                lease = %self.config.lease_name(), owner = %self.config.owner(),
+                token = lease.fencing_token.get(), transition = "duplicate_owner",
+                "another live process holds lease {} as owner {}: owner ids must be unique \
+                 per process; waiting until its tenure ends",
+                self.config.lease_name(), self.config.owner()
+            );
+            self.twin_reported = true;
         }
     }
 
@@ -134,7 +261,7 @@ impl Campaign {
         self.state.borrow().valid_until()
     }
 
-    fn answer(&self, sent_at: Instant, answer: Answer) {
+    fn answer(&mut self, sent_at: Instant, answer: Answer) {
         let error = match answer {
             Ok(Ok(response)) => return self.confirmed(sent_at, response),
             Ok(Err(error)) => error.to_string(),
@@ -164,16 +291,26 @@ impl Campaign {
         }
     }
 
-    fn confirmed(&self, sent_at: Instant, response: LeaseResponse) {
+    fn confirmed(&mut self, sent_at: Instant, response: LeaseResponse) {
         self.handover
             .observe(self.config.lease_name().as_str(), sent_at, &response);
         let token = response.fencing_token;
         let next = match response.status {
-            LeaseStatus::Standby => LeadershipState::Standby {
-                holder: response.lease.owner,
-                token,
-            },
+            LeaseStatus::Standby => {
+                self.foreign = None;
+                self.twin_reported = false;
+                LeadershipState::Standby {
+                    holder: response.lease.owner,
+                    token,
+                }
+            }
+            _ if holding(self.own, &response.lease) == Holding::Foreign => {
+                self.refuse(response.lease)
+            }
             held => {
+                self.own = Some(token);
+                self.foreign = None;
+                self.twin_reported = false;
                 let valid_until = sent_at + self.config.leadership_span();
                 if valid_until <= Instant::now() {
                     warn!(
@@ -219,6 +356,14 @@ impl Campaign {
         let previous = self.state.send_replace(LeadershipState::Unknown);
         let (lease, owner) = (self.config.lease_name(), self.config.owner());
         metrics::unpublished(lease.as_str(), &previous);
+        if self.foreign.is_some() {
+            // The record under this owner id is another process's tenure: leave it alone.
+            debug!(
+                lease = %lease, owner = %owner, transition = "withdrawn",
+                "not releasing a tenure this elector did not start"
+            );
+            return Ok(());
+        }
         let result = match observe::storage_call(
             "release_lease",
             (lease, owner, previous.leader_token()),

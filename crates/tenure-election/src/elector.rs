@@ -70,7 +70,19 @@ impl LeaderElector {
         storage: Arc<dyn EventStorage>,
         config: ElectorConfig,
     ) -> Result<LeaderElector, ElectorError> {
-        let config = config.validate()?;
+        Self::start_validated(storage, config.validate()?)
+    }
+
+    /// Starts campaigning with a configuration validated already (its owner id, generated
+    /// or given, is the one used), as [`start`](Self::start) does.
+    ///
+    /// # Errors
+    ///
+    /// [`ElectorError::NoRuntime`] outside a tokio runtime.
+    pub fn start_validated(
+        storage: Arc<dyn EventStorage>,
+        config: ValidConfig,
+    ) -> Result<LeaderElector, ElectorError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
         let (state_tx, state_rx) = watch::channel(LeadershipState::Unknown);
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();

@@ -53,7 +53,12 @@
 //! `transition` field naming it: `acquired`, `step_down_requested`, `step_down_withdrawn`,
 //! `lost` (with a `reason`: `lapsed`, `taken_over`, `superseded`, `unconfirmed`),
 //! `released` and `standby` at info or warn; `renewed` at debug; failed calls at warn
-//! (`renewal_failed`, `unknown`, `release_failed`). A [`Processor`]'s events carry `lease`,
+//! (`renewal_failed`, `unknown`, `release_failed`). An elector never adopts a tenure it did
+//! not start: a holding answer that renews a tenure acquired before its request (another
+//! process with the same owner id, or a predecessor that died within the ttl) is logged as
+//! `foreign_tenure` (warn), the elector stands by without renewing it until it has ended
+//! (`foreign_tenure_ended`), and a live process still renewing it is reported once, at
+//! error, as `duplicate_owner`, naming the owner id. A [`Processor`]'s events carry `lease`,
 //! `owner`, `token`, `reader` and an `action` instead (see its docs).
 //!
 //! Each elector step (one request and what came of it) and each release runs in a
@@ -79,6 +84,7 @@ mod config;
 mod elector;
 mod error;
 mod fencing;
+mod identity;
 mod lease;
 mod metrics;
 mod observe;

@@ -18,7 +18,9 @@ pub enum LeadershipState {
     /// Not known to hold the lease: before the first answer, after a failed or timed-out
     /// request, after leadership lapsed, and after a release.
     Unknown,
-    /// Another owner holds the live lease; this elector is registered as a contender.
+    /// Another owner holds the live lease; this elector is registered as a contender. The
+    /// holder is this elector's own owner id while it waits out a tenure under that id that
+    /// it did not start (another process using the same id, or a predecessor within the ttl).
     Standby {
         /// The holder.
         holder: Owner,
