@@ -57,24 +57,47 @@
 
 #![deny(missing_docs)]
 
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod builder;
-mod composite;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod connection;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod decode;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod error;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod events;
-mod ops;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod lease;
 mod prefix;
+mod redact;
 mod schema;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod storage;
+#[cfg(all(feature = "testing", any(feature = "deadpool", feature = "sqlx-0_9")))]
+mod testing;
 
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub use builder::{
-    BuildError, DEFAULT_CALL_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA_TIMEOUT,
+    ApplicationPool, BuildError, DEFAULT_CALL_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA_TIMEOUT,
     DEFAULT_VISIBILITY_WAIT, PostgresEventStorageBuilder,
 };
-pub use error::redact;
 pub use prefix::{DEFAULT_PREFIX, MAX_PREFIX_BYTES, PrefixError, TablePrefix};
+pub use redact::redact;
 pub use schema::{SchemaMode, ddl};
-pub use storage::PostgresEventStorage;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+pub use storage::{PostgresDriver, PostgresEventStorage};
 
-/// The pool type accepted by [`PostgresEventStorageBuilder::pool`], re-exported so that an
-/// application uses the same version.
+/// deadpool-postgres 0.14, whose `Pool` [`PostgresEventStorageBuilder::pool`] accepts,
+/// re-exported so that an application uses the same version.
+#[cfg(feature = "deadpool")]
 pub use deadpool_postgres;
+/// sqlx 0.9 (with its `postgres` and `runtime-tokio` features), whose `PgPool`
+/// [`PostgresEventStorageBuilder::pool`] accepts, re-exported under its major version so
+/// that an application uses the same one (and a later major can sit beside it).
+#[cfg(feature = "sqlx-0_9")]
+pub use sqlx as sqlx_0_9;
+/// tokio-postgres 0.7, the driver under [`deadpool_postgres`] (for its `Config`, `NoTls`, and
+/// TLS connectors).
+#[cfg(feature = "deadpool")]
+pub use tokio_postgres;
