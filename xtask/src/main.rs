@@ -40,6 +40,12 @@ const BACKENDS: &[Backend] = &[
         tests: &["tck"],
     },
     Backend {
+        name: "postgres-sqlx",
+        package: "tenure-postgres",
+        dir: "crates/tenure-postgres",
+        tests: &["tck_sqlx"],
+    },
+    Backend {
         name: "file",
         package: "tenure-file",
         dir: "crates/tenure-file",
@@ -57,7 +63,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   test                    fmt check, clippy -D warnings, every test, the TCK on every backend
-  tck [--backend NAME]    the conformance kit alone (backends: memory, postgres, file, partial)
+  tck [--backend NAME]    the conformance kit alone (backends: memory, postgres, postgres-sqlx,
+                          file, partial)
   stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
   bench file              the file backend's appends against raw write + fsync, and reopening
@@ -119,7 +126,7 @@ fn test() -> Result<(), String> {
     step("summary");
     tck.print();
     let missing: Vec<&str> = existing_backends()
-        .filter(|b| !tck.by_backend.keys().any(|k| k.starts_with(b.name)))
+        .filter(|b| !tck.by_backend.contains_key(b.name))
         .map(|b| b.name)
         .collect();
     println!(
@@ -151,7 +158,7 @@ fn tck(backend: Option<&str>) -> Result<(), String> {
             vec![found]
         }
     };
-    if chosen.iter().any(|b| b.name == "postgres") {
+    if chosen.iter().any(|b| b.name.starts_with("postgres")) {
         report_postgres();
     }
     let mut output = String::new();

@@ -46,6 +46,7 @@ mod capability;
 mod clock;
 mod error;
 mod events;
+mod lease;
 mod sightings;
 
 pub use async_trait::async_trait;
@@ -59,36 +60,13 @@ pub use events::{
 };
 pub use sightings::Sightings;
 
+pub use lease::{
+    Contender, FencingToken, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot,
+    LeaseStatus, Owner, Timestamp, sort_contenders,
+};
 /// The lease rules, re-exported so that a backend needs only this crate.
 pub use tenure_domain as domain;
-pub use tenure_domain::{
-    Contender, FencingToken, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseStatus, Owner,
-    Sighting, Timestamp,
-};
-
-/// A snapshot of every lease record, with the storage's clock at the time of the snapshot.
-///
-/// Judge liveness with `lease.is_expired_at(snapshot.now)`: both instants come from the same
-/// clock, the storage's.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct LeaseSnapshot {
-    /// The storage's clock when the snapshot was taken.
-    pub now: Timestamp,
-    /// Every lease record, expired ones included, ordered by lease name.
-    pub leases: Vec<Lease>,
-}
-
-impl LeaseSnapshot {
-    /// The leases that are live at [`LeaseSnapshot::now`].
-    pub fn live(&self) -> impl Iterator<Item = &Lease> {
-        self.leases.iter().filter(|l| l.is_live_at(self.now))
-    }
-
-    /// The record of `lease_name`, if there is one.
-    pub fn get(&self, lease_name: &str) -> Option<&Lease> {
-        self.leases.iter().find(|l| l.lease_name == *lease_name)
-    }
-}
+pub use tenure_domain::Sighting;
 
 /// A storage of events, bookmarks and leases.
 ///
@@ -260,16 +238,6 @@ impl<'a> EventCursor<'a> {
     pub fn position(&self) -> Option<EventPosition> {
         self.options.start
     }
-}
-
-/// Orders contenders as [`EventStorage::get_lease_contenders`] promises: priority, highest
-/// first, then owner.
-pub fn sort_contenders(contenders: &mut [Contender]) {
-    contenders.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| a.owner.cmp(&b.owner))
-    });
 }
 
 #[cfg(test)]

@@ -41,9 +41,10 @@ use tenure_ports::{
     ReadOptions, StoredEvent, Timestamp, normalize_tags,
 };
 use tenure_postgres::PostgresEventStorage;
-use tenure_postgres::deadpool_postgres::Pool;
 use tenure_postgres::deadpool_postgres::tokio_postgres::Row;
 use tenure_postgres::deadpool_postgres::tokio_postgres::types::ToSql;
+use tenure_postgres::deadpool_postgres::{self, Pool};
+use tenure_postgres::tokio_postgres;
 
 const WRITERS: usize = 8;
 /// Slices per measurement, the sides interleaved slice by slice.
@@ -486,14 +487,22 @@ fn main() {
     let run_started = Instant::now();
     let load_before = load_average();
     runtime.block_on(async {
+        // One pool for the adapter and the baselines: the same client code path.
+        let config: tokio_postgres::Config = server.url.parse().unwrap();
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager).max_size(WRITERS).build().unwrap();
         let pg = PostgresEventStorage::builder()
-            .url(server.url.clone())
+            .pool(pool.clone())
             .prefix(&prefix)
-            .pool_size(WRITERS)
             .build()
             .await
             .unwrap();
-        let pool = pg.pool().clone();
         let setup = server.connect().await.unwrap();
         let show = |name: &'static str| {
             let setup = &setup;

@@ -1,23 +1,32 @@
-//! How close a lease call comes to the floor: one round trip and one commit.
+//! How close a lease call comes to the floor, one round trip and one commit, on each driver.
 //!
 //! `cargo bench -p tenure-postgres --bench lease_latency` (or `cargo xtask bench postgres`)
 //! measures, in one run against one server (found as the tests find it: `TENURE_PG_URL`, a
-//! container, or the local server), through the same pool:
+//! container, or the local server):
 //!
-//! * **floor**: a single-row `UPDATE` in autocommit (prepared), over 1,000 rows;
-//! * **renewal**: `request_lease` renewing one of 1,000 held leases (the shipped adapter:
-//!   one call of the PL/pgSQL function);
-//! * **renewal with standbys**: for the record (no target), the same renewal of one of 1,000
-//!   other leases that each have two live standby contenders, the shape of a deployment with
-//!   three replicas: the renewal then also reads the lease's registrations.
+//! * **floor**: a single-row `UPDATE` in autocommit (prepared), over 1,000 rows, through a
+//!   deadpool-postgres pool and tokio-postgres: the one floor both drivers are held to;
+//! * **floor on sqlx** (for the record): the same `UPDATE` through a `sqlx::PgPool`, which says
+//!   what the sqlx driver itself costs;
+//! * then on each driver (the deadpool storage on that deadpool pool, the sqlx storage on that
+//!   `PgPool`, both passed in as an application passes its pool):
+//!   * **renewal**: `request_lease` renewing one of 1,000 held leases (one call of the PL/pgSQL
+//!     function);
+//!   * **renewal, 2 live standbys**: the same on 1,000 other leases that each have two live
+//!     standby contenders, the shape of a three-replica deployment;
+//!   * **standby's request**: a contender's `request_lease` on one of 1,000 leases held by
+//!     someone else (it registers, and stands by);
+//!   * **takeover**: `request_lease` on one of 1,000 leases whose holder's 1 ms ttl ran out
+//!     (a new tenure, a new token).
 //!
-//! Latency: one caller, the sides interleaved in rounds, median and p90/p99 per side.
-//! Throughput: 8 concurrent callers over the 1,000 rows/leases, the sides interleaved.
-//! It prints the figures and the ratios against the targets (renewal median ≤ 1.3 × floor,
-//! renewal throughput ≥ 0.8 × floor). It creates its own prefix and drops it afterwards.
+//! Latency: one caller, the sides interleaved in rounds of 100 calls, median and p90/p99 per
+//! side. Throughput: 8 concurrent callers over the 1,000 rows/leases, each caller its own
+//! share, the sides interleaved in 2-second slices. It prints the figures and, per driver, the
+//! ratios against the targets (renewal median ≤ 1.3 × floor, renewal throughput ≥ 0.8 × floor).
+//! It creates its own prefix and drops it afterwards.
 //!
-//! Settings: `TENURE_BENCH_SAMPLES` (latency samples per side, default 5000),
-//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 20).
+//! Settings: `TENURE_BENCH_SAMPLES` (latency samples per side, default 3000),
+//! `TENURE_BENCH_SECONDS` (throughput seconds per side, default 12).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,62 +36,130 @@ use std::time::{Duration, Instant};
 
 use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
-use tenure_postgres::PostgresEventStorage;
-use tenure_postgres::deadpool_postgres::Pool;
+use tenure_postgres::sqlx_0_9::postgres::PgPoolOptions;
+use tenure_postgres::sqlx_0_9::{self, PgPool};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres, tokio_postgres};
 
 const ROWS: usize = 1000;
 const CALLERS: usize = 8;
 const TTL: Duration = Duration::from_secs(600);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Floor,
+enum Call {
     Renewal,
     RenewalWithStandbys,
+    StandbyRequest,
+    Takeover,
 }
 
-impl Side {
-    const ALL: [Side; 3] = [Side::Floor, Side::Renewal, Side::RenewalWithStandbys];
+impl Call {
+    const ALL: [Call; 4] = [
+        Call::Renewal,
+        Call::RenewalWithStandbys,
+        Call::StandbyRequest,
+        Call::Takeover,
+    ];
 
     fn label(self) -> &'static str {
         match self {
-            Side::Floor => "single-row UPDATE (floor)",
-            Side::Renewal => "renewal",
-            Side::RenewalWithStandbys => "renewal, 2 live standbys",
+            Call::Renewal => "renewal",
+            Call::RenewalWithStandbys => "renewal, 2 live standbys",
+            Call::StandbyRequest => "a standby's request",
+            Call::Takeover => "takeover",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Floor,
+    FloorOnSqlx,
+    Lease(PostgresDriver, Call),
+}
+
+impl Side {
+    fn all() -> Vec<Side> {
+        let mut sides = vec![Side::Floor, Side::FloorOnSqlx];
+        for driver in [PostgresDriver::Deadpool, PostgresDriver::Sqlx09] {
+            sides.extend(Call::ALL.map(|call| Side::Lease(driver, call)));
+        }
+        sides
+    }
+
+    fn label(self) -> String {
+        match self {
+            Side::Floor => "single-row UPDATE (floor)".to_owned(),
+            Side::FloorOnSqlx => "single-row UPDATE on sqlx".to_owned(),
+            Side::Lease(driver, call) => format!("{driver}: {}", call.label()),
         }
     }
 }
 
 struct Bench {
-    storage: PostgresEventStorage,
-    pool: Pool,
-    prefix: String,
+    deadpool: PostgresEventStorage,
+    sqlx: PostgresEventStorage,
+    deadpool_pool: deadpool_postgres::Pool,
+    sqlx_pool: PgPool,
+    update: String,
 }
 
 impl Bench {
     async fn call(&self, side: Side, i: usize) {
-        match side {
+        let id = i32::try_from(i % ROWS).unwrap();
+        let (driver, call) = match side {
             Side::Floor => {
-                let client = self.pool.get().await.unwrap();
-                let sql = format!(
-                    "UPDATE {}bench_rows SET v = v + 1 WHERE id = $1",
-                    self.prefix
-                );
-                let statement = client.prepare_cached(&sql).await.unwrap();
-                let id = i32::try_from(i % ROWS).unwrap();
+                let client = self.deadpool_pool.get().await.unwrap();
+                let statement = client.prepare_cached(&self.update).await.unwrap();
                 assert_eq!(client.execute(&statement, &[&id]).await.unwrap(), 1);
+                return;
             }
-            Side::Renewal | Side::RenewalWithStandbys => {
-                let name = if side == Side::Renewal {
-                    format!("bench-{}", i % ROWS)
-                } else {
-                    format!("busy-{}", i % ROWS)
-                };
-                let request = LeaseRequest::new(name, "bench", 0, TTL);
-                let response = self.storage.request_lease(&request).await.unwrap();
-                assert_eq!(response.status, LeaseStatus::Leader);
+            Side::FloorOnSqlx => {
+                let done = sqlx_0_9::query(sqlx_0_9::AssertSqlSafe(self.update.as_str()))
+                    .bind(id)
+                    .execute(&self.sqlx_pool)
+                    .await
+                    .unwrap();
+                assert_eq!(done.rows_affected(), 1);
+                return;
             }
-        }
+            Side::Lease(driver, call) => (driver, call),
+        };
+        let storage = match driver {
+            PostgresDriver::Deadpool => &self.deadpool,
+            _ => &self.sqlx,
+        };
+        let n = i % ROWS;
+        let tag = if driver == PostgresDriver::Deadpool {
+            "dp"
+        } else {
+            "sx"
+        };
+        let (request, expected) = match call {
+            Call::Renewal => (
+                LeaseRequest::new(format!("bench-{n}"), "bench", 0, TTL),
+                LeaseStatus::Leader,
+            ),
+            Call::RenewalWithStandbys => (
+                LeaseRequest::new(format!("busy-{n}"), "bench", 0, TTL),
+                LeaseStatus::Leader,
+            ),
+            Call::StandbyRequest => (
+                LeaseRequest::new(format!("held-{n}"), "bench", 0, TTL),
+                LeaseStatus::Standby,
+            ),
+            // A new owner every round over the leases: the holder's 1 ms ran out long ago.
+            Call::Takeover => (
+                LeaseRequest::new(
+                    format!("tk-{tag}-{n}"),
+                    format!("o{}", i / ROWS),
+                    0,
+                    Duration::from_millis(1),
+                ),
+                LeaseStatus::Leader,
+            ),
+        };
+        let response = storage.request_lease(&request).await.unwrap();
+        assert_eq!(response.status, expected, "{side:?}");
     }
 }
 
@@ -112,31 +189,56 @@ fn main() {
     let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
     let prefix = guard.prefix().to_owned();
     runtime.block_on(async {
-        let storage = PostgresEventStorage::builder()
-            .url(server.url.clone())
+        // The application's pools, as an application would build them (and as the storage
+        // builds its own from a URL): no ping before each checkout.
+        let config: tokio_postgres::Config = server.url.parse().unwrap();
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let deadpool_pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(CALLERS)
+            .build()
+            .unwrap();
+        let sqlx_pool = PgPoolOptions::new()
+            .max_connections(u32::try_from(CALLERS).unwrap())
+            .test_before_acquire(false)
+            .connect(&server.url)
+            .await
+            .unwrap();
+        let deadpool = PostgresEventStorage::builder()
+            .pool(deadpool_pool.clone())
             .prefix(&prefix)
-            .pool_size(CALLERS)
             .build()
             .await
             .unwrap();
-        let pool = storage.pool().clone();
+        let sqlx = PostgresEventStorage::builder()
+            .pool(sqlx_pool.clone())
+            .prefix(&prefix)
+            .build()
+            .await
+            .unwrap();
         let setup = server.connect().await.unwrap();
+        let ttl = TTL.as_micros();
+        let last = ROWS - 1;
         setup
             .batch_execute(&format!(
                 "CREATE TABLE {prefix}bench_rows (id integer PRIMARY KEY, v bigint NOT NULL) \
                    WITH (fillfactor = 50); \
-                 INSERT INTO {prefix}bench_rows SELECT g, 0 FROM generate_series(0, {}) g; \
-                 SELECT {prefix}request_lease_v1('bench-' || g, 'bench', 0, {}) \
-                   FROM generate_series(0, {}) g; \
-                 SELECT {prefix}request_lease_v1('busy-' || g, o, 0, {}) \
-                   FROM generate_series(0, {}) g, \
+                 INSERT INTO {prefix}bench_rows SELECT g, 0 FROM generate_series(0, {last}) g; \
+                 SELECT {prefix}request_lease_v1('bench-' || g, 'bench', 0, {ttl}) \
+                   FROM generate_series(0, {last}) g; \
+                 SELECT {prefix}request_lease_v1('busy-' || g, o, 0, {ttl}) \
+                   FROM generate_series(0, {last}) g, \
                         unnest(ARRAY['bench', 'standby-1', 'standby-2']) WITH ORDINALITY AS s(o, n) \
-                  ORDER BY g, n;",
-                ROWS - 1,
-                TTL.as_micros(),
-                ROWS - 1,
-                TTL.as_micros(),
-                ROWS - 1
+                  ORDER BY g, n; \
+                 SELECT {prefix}request_lease_v1('held-' || g, 'holder', 0, {ttl}) \
+                   FROM generate_series(0, {last}) g; \
+                 SELECT {prefix}request_lease_v1('tk-' || t || '-' || g, 'first', 0, 1000) \
+                   FROM generate_series(0, {last}) g, unnest(ARRAY['dp', 'sx']) AS t;"
             ))
             .await
             .unwrap();
@@ -147,9 +249,11 @@ fn main() {
                 .unwrap();
         }
         let bench = Arc::new(Bench {
-            storage,
-            pool,
-            prefix: prefix.clone(),
+            deadpool,
+            sqlx,
+            deadpool_pool,
+            sqlx_pool,
+            update: format!("UPDATE {prefix}bench_rows SET v = v + 1 WHERE id = $1"),
         });
         println!("lease_latency: PostgreSQL at {}", server.redacted_url());
         let version: String = setup
@@ -163,15 +267,16 @@ fn main() {
             .unwrap()
             .get(0);
         println!("lease_latency: server {version}, synchronous_commit={sync}, {ROWS} rows/leases");
+        let sides = Side::all();
 
         // Warm every connection's statement cache, and the server's buffers.
-        for side in Side::ALL {
+        for &side in &sides {
             let tasks: Vec<_> = (0..CALLERS)
                 .map(|c| {
                     let bench = bench.clone();
                     tokio::spawn(async move {
                         for i in 0..200 {
-                            bench.call(side, c * 200 + i).await;
+                            bench.call(side, c + i * CALLERS).await;
                         }
                     })
                 })
@@ -180,14 +285,17 @@ fn main() {
                 t.await.unwrap();
             }
         }
+        // The takeovers' owners go on from the warm-up's rounds.
+        let mut i = 200 * CALLERS;
 
         // Latency: one caller, sides interleaved in rounds of 100 calls.
-        let samples = env_number("TENURE_BENCH_SAMPLES", 5000) as usize;
-        let mut latencies: Vec<Vec<Duration>> =
-            (0..3).map(|_| Vec::with_capacity(samples)).collect();
-        let mut i = 0;
+        let samples = env_number("TENURE_BENCH_SAMPLES", 3000) as usize;
+        let mut latencies: Vec<Vec<Duration>> = sides
+            .iter()
+            .map(|_| Vec::with_capacity(samples))
+            .collect();
         while latencies[0].len() < samples {
-            for (s, side) in Side::ALL.iter().enumerate() {
+            for (s, side) in sides.iter().enumerate() {
                 for _ in 0..100 {
                     i += 7;
                     let started = Instant::now();
@@ -198,31 +306,40 @@ fn main() {
         }
 
         // Throughput: CALLERS concurrent callers, sides interleaved in slices of 2 s.
-        let seconds = env_number("TENURE_BENCH_SECONDS", 20);
-        let mut counts = [0u64; 3];
-        let mut spent = [Duration::ZERO; 3];
+        let seconds = env_number("TENURE_BENCH_SECONDS", 12);
+        let mut counts = vec![0u64; sides.len()];
+        let mut spent = vec![Duration::ZERO; sides.len()];
+        let base = Arc::new(AtomicU64::new(i.div_ceil(ROWS * 2) as u64 * (ROWS * 2) as u64));
         for _ in 0..seconds.div_ceil(2) {
-            for (s, side) in Side::ALL.iter().enumerate() {
+            for (s, side) in sides.iter().enumerate() {
                 let done = Arc::new(AtomicU64::new(0));
                 let stop = Instant::now() + Duration::from_secs(2);
                 let started = Instant::now();
+                let from = base.load(Ordering::Relaxed) as usize;
                 let tasks: Vec<_> = (0..CALLERS)
                     .map(|c| {
                         let (bench, done, side) = (bench.clone(), done.clone(), *side);
                         tokio::spawn(async move {
                             // Each caller works on its own share of the rows/leases.
-                            let mut i = c;
+                            let mut i = from + c;
                             while Instant::now() < stop {
                                 bench.call(side, i).await;
                                 done.fetch_add(1, Ordering::Relaxed);
                                 i += CALLERS;
                             }
+                            i
                         })
                     })
                     .collect();
+                let mut furthest = from;
                 for t in tasks {
-                    t.await.unwrap();
+                    furthest = furthest.max(t.await.unwrap());
                 }
+                // Later slices start in a round of their own (new takeover owners).
+                base.store(
+                    (furthest.div_ceil(ROWS) * ROWS + ROWS) as u64,
+                    Ordering::Relaxed,
+                );
                 spent[s] += started.elapsed();
                 counts[s] += done.load(Ordering::Relaxed);
             }
@@ -230,18 +347,18 @@ fn main() {
 
         println!();
         println!(
-            "{:<36} {:>10} {:>10} {:>10} {:>14}",
+            "{:<40} {:>10} {:>10} {:>10} {:>14}",
             "side", "median ms", "p90 ms", "p99 ms", "calls/s (x8)"
         );
-        let mut medians = [Duration::ZERO; 3];
-        let mut rates = [0f64; 3];
-        for (s, side) in Side::ALL.iter().enumerate() {
+        let mut medians = vec![Duration::ZERO; sides.len()];
+        let mut rates = vec![0f64; sides.len()];
+        for (s, side) in sides.iter().enumerate() {
             let mut sorted = latencies[s].clone();
             sorted.sort_unstable();
             medians[s] = percentile(&sorted, 0.5);
             rates[s] = counts[s] as f64 / spent[s].as_secs_f64();
             println!(
-                "{:<36} {:>10.3} {:>10.3} {:>10.3} {:>14.0}",
+                "{:<40} {:>10.3} {:>10.3} {:>10.3} {:>14.0}",
                 side.label(),
                 ms(medians[s]),
                 ms(percentile(&sorted, 0.9)),
@@ -251,22 +368,38 @@ fn main() {
         }
         println!();
         let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-        let latency_ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
-        let rate_ratio = rates[1] / rates[0];
+        let index = |side: Side| sides.iter().position(|s| *s == side).unwrap();
+        let (floor_median, floor_rate) = (medians[0].as_secs_f64(), rates[0]);
+        for driver in [PostgresDriver::Deadpool, PostgresDriver::Sqlx09] {
+            let renewal = index(Side::Lease(driver, Call::Renewal));
+            let latency_ratio = medians[renewal].as_secs_f64() / floor_median;
+            let rate_ratio = rates[renewal] / floor_rate;
+            println!(
+                "{driver:<9} renewal median / floor median     = {latency_ratio:.2}x  (target <= 1.30x: {})",
+                verdict(latency_ratio <= 1.3)
+            );
+            println!(
+                "{driver:<9} renewal throughput / floor's      = {rate_ratio:.2}x  (target >= 0.80x: {})",
+                verdict(rate_ratio >= 0.8)
+            );
+            for call in [Call::RenewalWithStandbys, Call::StandbyRequest, Call::Takeover] {
+                let s = index(Side::Lease(driver, call));
+                println!(
+                    "{driver:<9} {:<32} = {:.2}x latency, {:.2}x throughput (no target)",
+                    call.label(),
+                    medians[s].as_secs_f64() / floor_median,
+                    rates[s] / floor_rate
+                );
+            }
+        }
         println!(
-            "renewal median / floor median       = {latency_ratio:.2}x  (target <= 1.30x: {})",
-            verdict(latency_ratio <= 1.3)
+            "sqlx floor / floor                         = {:.2}x latency, {:.2}x throughput (the driver alone)",
+            medians[1].as_secs_f64() / floor_median,
+            rates[1] / floor_rate
         );
-        println!(
-            "renewal throughput / floor's        = {rate_ratio:.2}x  (target >= 0.80x: {})",
-            verdict(rate_ratio >= 0.8)
-        );
-        println!(
-            "with 2 standbys (no target)         = {:.2}x latency, {:.2}x throughput",
-            medians[2].as_secs_f64() / medians[0].as_secs_f64(),
-            rates[2] / rates[0]
-        );
-        bench.storage.close().await.unwrap();
+        bench.deadpool.close().await.unwrap();
+        bench.sqlx.close().await.unwrap();
+        bench.sqlx_pool.close().await;
     });
     drop(guard);
 }

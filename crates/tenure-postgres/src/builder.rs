@@ -1,18 +1,17 @@
-//! Building a [`PostgresEventStorage`]: where the connections come from, which prefix, which
-//! schema mode, and how long a call may take.
+//! Building a [`PostgresEventStorage`]: where the connections come from (a URL, or the
+//! application's own pool of either driver), which prefix, which schema mode, and how long a
+//! call may take.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tenure_ports::{BoxError, EventStorageError};
-use tokio_postgres::NoTls;
 
-use crate::error::{from_pool, redact, scrub};
+use crate::connection::{Driver, Link, UrlError};
 use crate::prefix::{DEFAULT_PREFIX, PrefixError, TablePrefix};
+use crate::redact::redact;
 use crate::schema::{self, SchemaMode};
-use crate::storage::PostgresEventStorage;
+use crate::storage::{Adapter, Engine, PostgresDriver, PostgresEventStorage, on_adapter};
 
 /// The default pool size for a pool built from a URL.
 pub const DEFAULT_POOL_SIZE: usize = 8;
@@ -27,7 +26,73 @@ pub const DEFAULT_SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 enum Source {
     None,
     Url(String),
-    Pool(Pool),
+    Pool(ApplicationPool),
+}
+
+/// A pool the application owns, of either driver, for
+/// [`PostgresEventStorageBuilder::pool`]: made with `.into()` (or implicitly) from a
+/// `deadpool_postgres::Pool` (feature `deadpool`) or a `sqlx::PgPool` (feature `sqlx-0_9`).
+pub struct ApplicationPool(PoolOf);
+
+enum PoolOf {
+    #[cfg(feature = "deadpool")]
+    Deadpool(deadpool_postgres::Pool),
+    #[cfg(feature = "sqlx-0_9")]
+    Sqlx09(sqlx::PgPool),
+}
+
+impl ApplicationPool {
+    /// The driver of the pool.
+    pub fn driver(&self) -> PostgresDriver {
+        match self.0 {
+            #[cfg(feature = "deadpool")]
+            PoolOf::Deadpool(_) => PostgresDriver::Deadpool,
+            #[cfg(feature = "sqlx-0_9")]
+            PoolOf::Sqlx09(_) => PostgresDriver::Sqlx09,
+        }
+    }
+}
+
+impl fmt::Debug for ApplicationPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApplicationPool({})", self.driver())
+    }
+}
+
+#[cfg(feature = "deadpool")]
+impl From<deadpool_postgres::Pool> for ApplicationPool {
+    fn from(pool: deadpool_postgres::Pool) -> Self {
+        ApplicationPool(PoolOf::Deadpool(pool))
+    }
+}
+
+#[cfg(feature = "sqlx-0_9")]
+impl From<sqlx::PgPool> for ApplicationPool {
+    fn from(pool: sqlx::PgPool) -> Self {
+        ApplicationPool(PoolOf::Sqlx09(pool))
+    }
+}
+
+/// The driver [`PostgresEventStorageBuilder::url`] builds its pool with unless told otherwise:
+/// deadpool if it is compiled in, else sqlx 0.9.
+const DEFAULT_DRIVER: PostgresDriver = {
+    #[cfg(feature = "deadpool")]
+    {
+        PostgresDriver::Deadpool
+    }
+    #[cfg(not(feature = "deadpool"))]
+    {
+        PostgresDriver::Sqlx09
+    }
+};
+
+impl PostgresEventStorage {
+    /// A builder: give it [`url`](PostgresEventStorageBuilder::url) or
+    /// [`pool`](PostgresEventStorageBuilder::pool), then
+    /// [`build`](PostgresEventStorageBuilder::build).
+    pub fn builder() -> PostgresEventStorageBuilder {
+        PostgresEventStorageBuilder::default()
+    }
 }
 
 /// Configures and builds a [`PostgresEventStorage`]; see [`PostgresEventStorage::builder`].
@@ -48,6 +113,7 @@ enum Source {
 /// ```
 pub struct PostgresEventStorageBuilder {
     source: Source,
+    driver: PostgresDriver,
     prefix: String,
     schema_mode: SchemaMode,
     pool_size: usize,
@@ -61,10 +127,11 @@ impl fmt::Debug for PostgresEventStorageBuilder {
         let source = match &self.source {
             Source::None => "none".to_owned(),
             Source::Url(url) => redact(url),
-            Source::Pool(_) => "an existing pool".to_owned(),
+            Source::Pool(pool) => format!("an existing {} pool", pool.driver()),
         };
         f.debug_struct("PostgresEventStorageBuilder")
             .field("source", &source)
+            .field("driver", &self.driver)
             .field("prefix", &self.prefix)
             .field("schema_mode", &self.schema_mode)
             .field("pool_size", &self.pool_size)
@@ -79,6 +146,7 @@ impl Default for PostgresEventStorageBuilder {
     fn default() -> Self {
         PostgresEventStorageBuilder {
             source: Source::None,
+            driver: DEFAULT_DRIVER,
             prefix: DEFAULT_PREFIX.to_owned(),
             schema_mode: SchemaMode::default(),
             pool_size: DEFAULT_POOL_SIZE,
@@ -90,22 +158,38 @@ impl Default for PostgresEventStorageBuilder {
 }
 
 impl PostgresEventStorageBuilder {
-    /// Connect with a connection string: a URL (`postgres://user:password@host:5432/db`) or
-    /// libpq key/value pairs. The storage builds and owns its pool (without TLS: to use TLS,
-    /// build a pool with your connector and pass it to [`pool`](Self::pool)). Unless the string
-    /// sets them, `application_name` is `tenure` and the connect timeout is the call timeout.
+    /// Connect with a connection string: a URL (`postgres://user:password@host:5432/db`), or,
+    /// on the deadpool driver, libpq key/value pairs. The storage builds and owns its pool, on
+    /// the [`driver`](Self::driver) chosen (without TLS: to use TLS, build a pool with your
+    /// connector and pass it to [`pool`](Self::pool)). Unless the string sets it,
+    /// `application_name` is `tenure`; connecting is bounded by the call timeout.
     #[must_use]
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.source = Source::Url(url.into());
         self
     }
 
-    /// Use the application's own pool. [`close`](tenure_ports::EventStorage::close) then only
-    /// closes this storage, not the pool, which belongs to the application; the
-    /// [`pool_size`](Self::pool_size) setting does not apply.
+    /// The driver of the pool that [`url`](Self::url) builds (default: deadpool if the
+    /// `deadpool` feature is on, else sqlx 0.9). A pool passed to [`pool`](Self::pool) brings
+    /// its own driver.
     #[must_use]
-    pub fn pool(mut self, pool: Pool) -> Self {
-        self.source = Source::Pool(pool);
+    pub fn driver(mut self, driver: PostgresDriver) -> Self {
+        self.driver = driver;
+        self
+    }
+
+    /// Use the application's own pool: a `deadpool_postgres::Pool` or a `sqlx::PgPool`, of
+    /// the versions re-exported by this crate. [`close`](tenure_ports::EventStorage::close)
+    /// then only closes this storage, not the pool, which belongs to the application; the
+    /// [`pool_size`](Self::pool_size) setting does not apply.
+    ///
+    /// A sqlx pool runs each lease call on a connection of its own, so its settings matter:
+    /// with sqlx's default `test_before_acquire(true)` every call costs one more round trip (a
+    /// ping) before its statement. Connections the adapter abandoned (a timeout, a broken
+    /// connection) are detached from the pool and closed.
+    #[must_use]
+    pub fn pool(mut self, pool: impl Into<ApplicationPool>) -> Self {
+        self.source = Source::Pool(pool.into());
         self
     }
 
@@ -182,9 +266,27 @@ impl PostgresEventStorageBuilder {
                 });
             }
         }
-        let (pool, owns_pool, target) = match self.source {
+        let settings = Settings {
+            prefix,
+            call_timeout: self.call_timeout,
+            visibility_wait: self.visibility_wait,
+        };
+        let (engine, target) = match self.source {
             Source::None => return Err(BuildError::NoConnection),
-            Source::Pool(pool) => (pool, false, "an application-provided pool".to_owned()),
+            Source::Pool(pool) => {
+                let target = format!("an application-provided {} pool", pool.driver());
+                let engine = match pool.0 {
+                    #[cfg(feature = "deadpool")]
+                    PoolOf::Deadpool(pool) => Engine::Deadpool(
+                        settings.adapter(crate::connection::deadpool::Deadpool::new(pool), false),
+                    ),
+                    #[cfg(feature = "sqlx-0_9")]
+                    PoolOf::Sqlx09(pool) => Engine::Sqlx09(
+                        settings.adapter(crate::connection::sqlx::Sqlx::new(pool), false),
+                    ),
+                };
+                (engine, target)
+            }
             Source::Url(url) => {
                 if self.pool_size == 0 {
                     return Err(BuildError::Setting {
@@ -192,104 +294,76 @@ impl PostgresEventStorageBuilder {
                         reason: "must be at least 1".into(),
                     });
                 }
-                let pool = pool_from_url(&url, self.pool_size, self.call_timeout)?;
-                (pool, true, redact(&url))
+                let (size, timeout) = (self.pool_size, self.call_timeout);
+                let url_error = |e: UrlError| match e {
+                    UrlError::Url(reason) => BuildError::Url {
+                        url: redact(&url),
+                        reason,
+                    },
+                    UrlError::Pool(err) => BuildError::Pool(err),
+                };
+                let engine = match self.driver {
+                    #[cfg(feature = "deadpool")]
+                    PostgresDriver::Deadpool => Engine::Deadpool(
+                        settings.adapter(
+                            crate::connection::deadpool::Deadpool::from_url(&url, size, timeout)
+                                .map_err(url_error)?,
+                            true,
+                        ),
+                    ),
+                    #[cfg(feature = "sqlx-0_9")]
+                    PostgresDriver::Sqlx09 => Engine::Sqlx09(
+                        settings.adapter(
+                            crate::connection::sqlx::Sqlx::from_url(&url, size, timeout)
+                                .map_err(url_error)?,
+                            true,
+                        ),
+                    ),
+                };
+                (engine, redact(&url))
             }
         };
-        tracing::debug!(target: "tenure_postgres", %prefix, %target, mode = ?self.schema_mode, "building the storage");
-        let storage = PostgresEventStorage::new(
-            pool,
-            prefix,
-            self.call_timeout,
-            self.visibility_wait,
-            owns_pool,
-            target,
-        );
+        let storage = PostgresEventStorage::new(engine, target);
+        tracing::debug!(target: "tenure_postgres", storage = ?storage, mode = ?self.schema_mode, "building the storage");
         if self.schema_mode != SchemaMode::None {
-            let work = apply_schema_mode(&storage, self.schema_mode);
-            match tokio::time::timeout(self.schema_timeout, work).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
-                    storage.close_pool_if_owned();
-                    return Err(err.into());
-                }
-                Err(_) => {
-                    storage.close_pool_if_owned();
-                    return Err(EventStorageError::unavailable(format!(
-                        "the schema work did not finish within {:?}",
-                        self.schema_timeout
-                    ))
-                    .into());
-                }
+            let work = async {
+                on_adapter!(storage.engine(), a => {
+                    schema::apply(&a.link, &a.prefix, self.schema_mode).await
+                })
+            };
+            let outcome = tokio::time::timeout(self.schema_timeout, work).await;
+            let failed = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(err)) => Some(err),
+                Err(_) => Some(EventStorageError::unavailable(format!(
+                    "the schema work did not finish within {:?}",
+                    self.schema_timeout
+                ))),
+            };
+            if let Some(err) = failed {
+                storage.close_now();
+                return Err(err.into());
             }
         }
         Ok(storage)
     }
 }
 
-async fn apply_schema_mode(
-    storage: &PostgresEventStorage,
-    mode: SchemaMode,
-) -> Result<(), EventStorageError> {
-    let mut client = storage
-        .pool()
-        .get()
-        .await
-        .map_err(|e| from_pool("connecting for the schema check", e))?;
-    if mode == SchemaMode::Ensure
-        && let Err(err) = schema::ensure(&mut client, storage.prefix()).await
-    {
-        // The connection may be inside a failed transaction: never give it back.
-        drop(deadpool_postgres::Object::take(client));
-        return Err(err);
-    }
-    schema::validate(&**client, storage.prefix()).await
+/// What every adapter is built with, whichever its driver.
+struct Settings {
+    prefix: TablePrefix,
+    call_timeout: Duration,
+    visibility_wait: Duration,
 }
 
-fn pool_from_url(url: &str, size: usize, timeout: Duration) -> Result<Pool, BuildError> {
-    let password = password_of(url);
-    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| BuildError::Url {
-        url: redact(url),
-        reason: scrub(&e.to_string(), password.as_deref()),
-    })?;
-    if config.get_application_name().is_none() {
-        config.application_name("tenure");
+impl Settings {
+    fn adapter<D: Driver>(&self, driver: D, owns_pool: bool) -> Adapter<D> {
+        Adapter::new(
+            Link::new(driver, self.call_timeout, owns_pool),
+            self.prefix.clone(),
+            self.visibility_wait,
+        )
     }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(timeout);
-    }
-    let manager = Manager::from_config(
-        config,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(size)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(timeout))
-        .create_timeout(Some(timeout))
-        .recycle_timeout(Some(timeout))
-        .build()
-        .map_err(|e| BuildError::Pool(e.to_string().into()))
-}
-
-/// The password a connection string carries, if any, to scrub it from driver messages.
-fn password_of(url: &str) -> Option<String> {
-    tokio_postgres::Config::from_str(url)
-        .ok()
-        .and_then(|c| {
-            c.get_password()
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-        })
-        .or_else(|| {
-            // Unparseable: take the userinfo's password by hand.
-            let rest = &url[url.find("://")? + 3..];
-            let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-            let userinfo = &authority[..authority.rfind('@')?];
-            userinfo.split_once(':').map(|(_, p)| p.to_owned())
-        })
 }
 
 /// Why a storage could not be built.
@@ -325,20 +399,4 @@ pub enum BuildError {
     /// The database could not be reached, or the schema is missing or wrong.
     #[error(transparent)]
     Storage(#[from] EventStorageError),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_passwords_to_scrub() {
-        assert_eq!(password_of("postgres://u:pw@h/db").as_deref(), Some("pw"));
-        assert_eq!(password_of("host=h password=pw").as_deref(), Some("pw"));
-        assert_eq!(
-            password_of("postgres://u:pw@h:notaport/db").as_deref(),
-            Some("pw")
-        );
-        assert_eq!(password_of("postgres://u@h/db"), None);
-    }
 }

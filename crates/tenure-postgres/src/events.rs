@@ -1,41 +1,42 @@
-//! The SQL of the event log and the bookmarks, and the conversion of its rows into domain
-//! values.
+//! The event log and the bookmarks: their SQL, and the calls themselves, on any driver.
 //!
-//! As for leases, every statement is built once per storage from the validated prefix, and
-//! every value travels as a bind parameter.
+//! The counterpart of `tenure_ports::events`. As for leases, every statement is built once per
+//! storage from the validated prefix, and every value travels as a bind parameter.
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
+use std::time::Duration;
 
+use tenure_ports::domain::{Field, Reason, ValidationError};
 use tenure_ports::{
-    Bookmark, Direction, EventId, EventPosition, EventQuery, EventStorageError, StoredEvent,
-    Timestamp,
+    AppendRequest, Bookmark, Direction, EventPosition, EventQuery, EventStorageError, ReadOptions,
+    StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
-use tokio_postgres::Row;
+use tokio::time::Instant;
 
-use crate::ops::get;
+use crate::connection::{Checkout, Driver, Link, Param, Sql};
+use crate::decode;
 use crate::prefix::TablePrefix;
 
 /// Joins one event's tags in the `p_tags` argument of `append_events_v1`: a control character,
 /// which no valid tag contains.
-pub(crate) const TAG_SEPARATOR: &str = "\u{1f}";
+const TAG_SEPARATOR: &str = "\u{1f}";
 
-/// The columns of a stored event, in the order [`event_at`] reads them.
+/// The columns of a stored event, in the order `decode::events` reads them.
 const EVENT_COLUMNS: &str =
     "e.position, e.event_id::text, e.stream, e.event_type, e.payload, e.tags, e.recorded_at";
 
 /// The statements of the event log and the bookmarks of one storage.
 pub(crate) struct EventStatements {
-    pub(crate) append: String,
+    append: Sql,
     /// Indexed by [`read_index`].
-    reads: Vec<String>,
-    pub(crate) horizon_passed: String,
-    pub(crate) bookmark: String,
-    pub(crate) get_bookmark: String,
-    pub(crate) remove_bookmark: String,
-    pub(crate) bookmarks: String,
+    reads: Vec<Sql>,
+    horizon_passed: Sql,
+    bookmark: Sql,
+    get_bookmark: Sql,
+    remove_bookmark: Sql,
+    bookmarks: Sql,
     /// The constraint whose violation means "an append with this key committed first".
-    pub(crate) keys_constraint: String,
+    keys_constraint: String,
 }
 
 /// How a read filters on one list (streams, or event types).
@@ -87,13 +88,13 @@ fn shape_index(backwards: bool, streams: ListFilter, types: ListFilter, tags: bo
 impl EventStatements {
     pub(crate) fn new(prefix: &TablePrefix) -> Self {
         let p = prefix.as_str();
-        let mut reads = vec![String::new(); 36];
+        let mut reads: Vec<Sql> = vec![Sql::from(""); 36];
         for backwards in [false, true] {
             for streams in ListFilter::ALL {
                 for types in ListFilter::ALL {
                     for tags in [false, true] {
                         reads[shape_index(backwards, streams, types, tags)] =
-                            read_sql(p, backwards, streams, types, tags);
+                            read_sql(p, backwards, streams, types, tags).into();
                     }
                 }
             }
@@ -103,10 +104,11 @@ impl EventStatements {
                 "SELECT o_outcome, o_position, o_event_id::text, o_recorded_at, o_stream, \
                         o_event_type, o_payload, o_tags \
                    FROM {p}append_events_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-            ),
+            )
+            .into(),
             reads,
             horizon_passed: "SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8"
-                .to_owned(),
+                .into(),
             // One statement: the event must exist (it can never be deleted), and nothing is
             // written when it does not.
             bookmark: format!(
@@ -117,14 +119,17 @@ impl EventStatements {
                     SET position = excluded.position, tags = excluded.tags, \
                         placed_at = excluded.placed_at \
                  RETURNING b.placed_at"
-            ),
+            )
+            .into(),
             get_bookmark: format!(
                 "SELECT reader, position, tags, placed_at FROM {p}bookmarks WHERE reader = $1"
-            ),
-            remove_bookmark: format!("DELETE FROM {p}bookmarks WHERE reader = $1"),
+            )
+            .into(),
+            remove_bookmark: format!("DELETE FROM {p}bookmarks WHERE reader = $1").into(),
             bookmarks: format!(
                 "SELECT reader, position, tags, placed_at FROM {p}bookmarks ORDER BY reader"
-            ),
+            )
+            .into(),
             keys_constraint: format!("{p}event_keys_pkey"),
         }
     }
@@ -132,7 +137,7 @@ impl EventStatements {
     /// The read statement for `query` in `direction`. Its parameters: `$1` the bound (see
     /// [`read_bound`]), `$2` the limit, then the streams, types and tags the query has, in
     /// that order.
-    pub(crate) fn read(&self, direction: Direction, query: &EventQuery) -> &str {
+    fn read(&self, direction: Direction, query: &EventQuery) -> &Sql {
         &self.reads[read_index(direction, query)]
     }
 }
@@ -181,7 +186,7 @@ fn read_sql(
 
 /// The `$1` of a read: forwards, events after it (0 from the beginning); backwards, events at
 /// or before it (`i64::MAX` from the end).
-pub(crate) fn read_bound(direction: Direction, start: Option<EventPosition>) -> i64 {
+fn read_bound(direction: Direction, start: Option<EventPosition>) -> i64 {
     match (direction, start) {
         (Direction::Forwards, None) => 0,
         (Direction::Forwards, Some(start)) => start.get_i64(),
@@ -190,85 +195,237 @@ pub(crate) fn read_bound(direction: Direction, start: Option<EventPosition>) -> 
     }
 }
 
-/// What a read returned: the events, and whether the barrier hid committed events.
-pub(crate) struct ReadRows {
-    pub(crate) events: Vec<StoredEvent>,
-    /// The transaction id (as text) of the newest committed event, when the barrier hid it:
-    /// transactions older than it were still in flight.
-    pub(crate) hidden_newest: Option<String>,
+/// `append`: one call of `<prefix>append_events_v1`.
+pub(crate) async fn append<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    request: &AppendRequest,
+) -> Result<Vec<StoredEvent>, EventStorageError> {
+    request.validate()?;
+    let what = "append";
+    let tags: Vec<Vec<String>> = request
+        .events
+        .iter()
+        .map(|e| normalize_tags(&e.tags))
+        .collect();
+    let joined_tags: Vec<String> = tags.iter().map(|t| t.join(TAG_SEPARATOR)).collect();
+    let streams: Vec<&str> = request.events.iter().map(|e| e.stream.as_str()).collect();
+    let types: Vec<&str> = request
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    let payloads: Vec<&serde_json::Value> = request.events.iter().map(|e| &e.payload).collect();
+    let key = request.idempotency_key.as_deref();
+    let none: &[String] = &[];
+    let (conditional, c_streams, c_types, c_tags, c_after) = match &request.condition {
+        Some(c) => (
+            true,
+            c.query.streams.as_slice(),
+            c.query.event_types.as_slice(),
+            c.query.tags.as_slice(),
+            c.after.map_or(0, EventPosition::get_i64),
+        ),
+        None => (false, none, none, none, 0),
+    };
+    let params = [
+        Param::TextRefs(&streams),
+        Param::TextRefs(&types),
+        Param::Jsonbs(&payloads),
+        Param::Texts(&joined_tags),
+        Param::OptionalText(key),
+        Param::Bool(conditional),
+        Param::Texts(c_streams),
+        Param::Texts(c_types),
+        Param::Texts(c_tags),
+        Param::Int8(c_after),
+    ];
+    let sql = &statements.append;
+    let rows = link
+        .timed(what, async {
+            let mut connection = link.checkout(what).await?;
+            let mut result = connection.query(sql, &params).await;
+            if key.is_some()
+                && matches!(&result, Err(e) if e.is_unique_violation_of(&statements.keys_constraint))
+            {
+                // An append with the same key committed while this one ran: this one was
+                // rolled back, and running it again replays the other's events.
+                tracing::debug!(target: "tenure_postgres", "idempotency key taken meanwhile; replaying");
+                result = connection.query(sql, &params).await;
+            }
+            result.map_err(|failure| {
+                // Whatever failed, the connection is not trusted again (the function releases
+                // its session lock on error, and closing is the belt to those braces).
+                connection.discard();
+                failure.into_storage(what)
+            })
+        })
+        .await?;
+    decode::events::appended(&rows, request, tags)
 }
 
-/// The answer of a read statement, events in the read's direction.
-pub(crate) fn read_from_rows(
-    rows: &[Row],
-    direction: Direction,
-) -> Result<ReadRows, EventStorageError> {
-    let Some(first) = rows.first() else {
-        return Err(EventStorageError::internal("read_events: no row"));
-    };
-    let hidden = get::<Option<bool>>(first, 0, "newest >= horizon")?.unwrap_or(false);
-    let hidden_newest = if hidden {
-        get::<Option<String>>(first, 1, "newest")?
-    } else {
-        None
-    };
-    let mut events = Vec::with_capacity(rows.len());
-    for row in rows {
-        if get::<Option<i64>>(row, 2, "position")?.is_none() {
-            continue; // the outer join's row when no event qualifies
+/// `read_events`: one statement behind the barrier; if the barrier hides committed events the
+/// read needs, waits for at most `visibility_wait` and reads again.
+pub(crate) async fn read<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    query: &EventQuery,
+    options: ReadOptions,
+    visibility_wait: Duration,
+) -> Result<Vec<StoredEvent>, EventStorageError> {
+    query.validate()?;
+    options.validate()?;
+    let what = "read_events";
+    let bound = read_bound(options.direction, options.start);
+    let limit = i64::try_from(options.limit)
+        .map_err(|_| EventStorageError::internal("a validated limit does not fit in i64"))?;
+    let mut params = Vec::with_capacity(5);
+    params.extend([Param::Int8(bound), Param::Int8(limit)]);
+    for filter in [&query.streams, &query.event_types, &query.tags] {
+        if !filter.is_empty() {
+            params.push(Param::Texts(filter));
         }
-        events.push(event_at(row, 2)?);
     }
-    // The lateral subquery is ordered; the join does not promise to keep that order.
-    match direction {
-        Direction::Forwards => events.sort_by_key(|e| e.position),
-        Direction::Backwards => events.sort_by_key(|e| std::cmp::Reverse(e.position)),
+    let sql = statements.read(options.direction, query);
+    link.timed(what, async {
+        let mut connection = link.checkout(what).await?;
+        let rows = connection
+            .query(sql, &params)
+            .await
+            .map_err(|e| e.into_storage(what))?;
+        let read = decode::events::read(&rows, options.direction)?;
+        let Some(newest) = read.hidden_newest else {
+            return Ok(read.events);
+        };
+        // The barrier hid committed events: transactions older than the newest one were still
+        // in flight. A forwards read that filled its limit has its answer anyway; otherwise
+        // wait (briefly) for them, so that a read returns what was committed before it began,
+        // then read again.
+        let filled = read.events.len() == options.limit;
+        let wait = visibility_wait.min(link.call_timeout() / 2);
+        if (options.direction == Direction::Forwards && filled)
+            || !wait_for_horizon(&mut connection, statements, &newest, wait).await?
+        {
+            return Ok(read.events);
+        }
+        let rows = connection
+            .query(sql, &params)
+            .await
+            .map_err(|e| e.into_storage(what))?;
+        Ok(decode::events::read(&rows, options.direction)?.events)
+    })
+    .await
+}
+
+/// Waits, polling, until every transaction older than `xid` has finished, for at most `wait`.
+/// Says whether they did.
+async fn wait_for_horizon<D: Driver>(
+    connection: &mut Checkout<'_, D>,
+    statements: &EventStatements,
+    xid: &str,
+    wait: Duration,
+) -> Result<bool, EventStorageError> {
+    if wait.is_zero() {
+        return Ok(false);
     }
-    Ok(ReadRows {
-        events,
-        hidden_newest,
-    })
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            tracing::debug!(target: "tenure_postgres", ?wait, "read: older transactions still in flight; returning what the barrier allows");
+            return Ok(false);
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+        let rows = connection
+            .query(&statements.horizon_passed, &[Param::Text(xid)])
+            .await
+            .map_err(|e| e.into_storage("read_events"))?;
+        if decode::events::horizon_passed(&rows)? {
+            return Ok(true);
+        }
+    }
 }
 
-/// A stored position.
-pub(crate) fn position(value: i64) -> Result<EventPosition, EventStorageError> {
-    u64::try_from(value)
-        .ok()
-        .and_then(EventPosition::new)
-        .ok_or_else(|| EventStorageError::corrupt(format!("event position {value} is invalid")))
-}
-
-pub(crate) fn timestamp(time: SystemTime, name: &str) -> Result<Timestamp, EventStorageError> {
-    Timestamp::from_system_time(time)
-        .ok_or_else(|| EventStorageError::corrupt(format!("{name} is out of range")))
-}
-
-pub(crate) fn event_id(text: &str) -> Result<EventId, EventStorageError> {
-    EventId::parse(text)
-        .ok_or_else(|| EventStorageError::corrupt(format!("event id {text:?} is not a UUID")))
-}
-
-/// The columns of [`EVENT_COLUMNS`], starting at `at`.
-pub(crate) fn event_at(row: &Row, at: usize) -> Result<StoredEvent, EventStorageError> {
-    Ok(StoredEvent {
-        position: position(get(row, at, "position")?)?,
-        id: event_id(get(row, at + 1, "event_id")?)?,
-        stream: get(row, at + 2, "stream")?,
-        event_type: get(row, at + 3, "event_type")?,
-        payload: get(row, at + 4, "payload")?,
-        tags: get(row, at + 5, "tags")?,
-        recorded_at: timestamp(get(row, at + 6, "recorded_at")?, "recorded_at")?,
-    })
-}
-
-/// A bookmark row: reader, position, tags, placed_at.
-pub(crate) fn bookmark_from_row(row: &Row) -> Result<Bookmark, EventStorageError> {
+/// `bookmark`: one upsert, on the database clock, written only if `position` is a stored
+/// event.
+pub(crate) async fn place_bookmark<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    reader: &str,
+    position: EventPosition,
+    tags: &[String],
+) -> Result<Bookmark, EventStorageError> {
+    validate_bookmark(reader, tags)?;
+    let tags = normalize_tags(tags);
+    let params = [
+        Param::Text(reader),
+        Param::Int8(position.get_i64()),
+        Param::Texts(&tags),
+    ];
+    let rows = link
+        .query("bookmark", &statements.bookmark, &params)
+        .await?;
+    let Some(placed_at) = decode::events::placed_at(&rows)? else {
+        return Err(ValidationError::new(
+            Field::Position,
+            Reason::NoSuchEvent {
+                position: position.get(),
+            },
+        )
+        .into());
+    };
     Ok(Bookmark {
-        reader: get(row, 0, "reader")?,
-        position: position(get(row, 1, "position")?)?,
-        tags: get(row, 2, "tags")?,
-        placed_at: timestamp(get(row, 3, "placed_at")?, "placed_at")?,
+        reader: reader.to_owned(),
+        position,
+        tags,
+        placed_at,
     })
+}
+
+/// `get_bookmark`: one read of `<prefix>bookmarks`.
+pub(crate) async fn bookmark<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    reader: &str,
+) -> Result<Option<Bookmark>, EventStorageError> {
+    validate_reader(reader)?;
+    let rows = link
+        .query(
+            "get_bookmark",
+            &statements.get_bookmark,
+            &[Param::Text(reader)],
+        )
+        .await?;
+    rows.first().map(decode::events::bookmark).transpose()
+}
+
+/// `remove_bookmark`: one delete; removing a bookmark that does not exist does nothing.
+pub(crate) async fn remove_bookmark<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    reader: &str,
+) -> Result<(), EventStorageError> {
+    validate_reader(reader)?;
+    link.query(
+        "remove_bookmark",
+        &statements.remove_bookmark,
+        &[Param::Text(reader)],
+    )
+    .await
+    .map(|_| ())
+}
+
+/// `get_bookmarks`: one read of `<prefix>bookmarks`, ordered by reader (byte order).
+pub(crate) async fn bookmarks<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+) -> Result<Vec<Bookmark>, EventStorageError> {
+    let rows = link
+        .query("get_bookmarks", &statements.bookmarks, &[])
+        .await?;
+    rows.iter().map(decode::events::bookmark).collect()
 }
 
 #[cfg(test)]
@@ -297,7 +454,7 @@ mod tests {
         assert!(sql.contains("e.tags @> $3"), "{sql}");
         assert!(!sql.contains("ANY"), "{sql}");
         assert!(sql.contains("e.position > $1"), "{sql}");
-        let distinct: std::collections::HashSet<&String> = statements.reads.iter().collect();
+        let distinct: std::collections::HashSet<&Sql> = statements.reads.iter().collect();
         assert_eq!(distinct.len(), 36);
     }
 

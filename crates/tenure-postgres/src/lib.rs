@@ -6,7 +6,7 @@
 //!
 //! **Leases** live in two tables, `<prefix>leases` and `<prefix>lease_contenders`, kept apart
 //! from the event log. Each lease call is one statement in autocommit: a call of a PL/pgSQL
-//! function shipped in `migrations/postgres/`, which takes a transaction-scoped advisory lock on
+//! function shipped in the crate's `migrations/`, which takes a transaction-scoped advisory lock on
 //! the lease in a statement of its own, reads the clock *after* the lock, decides, and writes.
 //! One round trip and one commit per call, which is the floor for a durable lease. Every
 //! timestamp comes from the database's clock; none is ever sent by a client. The leases table
@@ -28,12 +28,36 @@
 //! `UPDATE` or `DELETE`. Appends and reads take no lock that a lease call takes, and lease calls
 //! never touch the event tables.
 //!
-//! The conformance kit (`tenure-tck`) runs against all of it in real time.
+//! The conformance kit (`tenure-tck`) runs against all of it in real time, on each driver.
 //!
 //! It is not a migration tool and not a connection manager: it uses the application's pool or
 //! builds a small one, applies its own DDL only in [`SchemaMode::Ensure`], and leaves the rest
 //! of the database alone. Without TLS support of its own, it takes a pool built with the
 //! application's TLS connector.
+//!
+//! # Drivers and features
+//!
+//! One adapter, two drivers, chosen à la carte: a build with one compiles none of the other.
+//! The SQL, the decoding of the answers, the schema modes, the table prefix, the errors and the
+//! call timeout are the same code on both (the `connection` module is the seam).
+//!
+//! | feature | driver | accepts | from |
+//! |---|---|---|---|
+//! | `deadpool` (default) | tokio-postgres 0.7 | a `deadpool_postgres::Pool` of deadpool-postgres 0.14 | [`url`](PostgresEventStorageBuilder::url) (libpq key/value strings too) or [`pool`](PostgresEventStorageBuilder::pool) |
+//! | `sqlx-0_9` | sqlx 0.9 (`postgres`, `runtime-tokio`, `json`; no TLS feature) | a `sqlx::PgPool` of sqlx 0.9 | [`url`](PostgresEventStorageBuilder::url) with [`driver`](PostgresEventStorageBuilder::driver)`(`[`PostgresDriver::Sqlx09`]`)`, or [`pool`](PostgresEventStorageBuilder::pool) |
+//!
+//! The pool types are re-exported, so that an application names the same versions:
+//! [`deadpool_postgres`] and [`tokio_postgres`] with `deadpool`, `sqlx_0_9` (the `sqlx` crate,
+//! named after its major so that a later major can sit beside it) with `sqlx-0_9`. A sqlx
+//! application depends on `tenure-postgres = { default-features = false, features =
+//! ["sqlx-0_9"] }`. sqlx 0.9 needs Rust 1.94, newer than the 1.89 the rest of Tenure needs:
+//! only the `sqlx-0_9` feature raises it. The driver-independent types ([`PostgresEventStorage`],
+//! its builder, [`SchemaMode`], [`TablePrefix`]) name no driver type; a pool enters through
+//! [`ApplicationPool`], made from either pool with `.into()`.
+//!
+//! With no driver feature the crate still offers [`ddl`], [`TablePrefix`] and [`redact`].
+//!
+//! # On deadpool, from a URL
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -54,27 +78,60 @@
 //!
 //! See `docs/postgres.md` for the tables, privileges, schema modes, the barrier, the clock, and
 //! failover.
-
+#![cfg_attr(
+    feature = "sqlx-0_9",
+    doc = concat!(
+        "\n# On sqlx, from the application's own `PgPool`\n\n",
+        "Build the storage on the pool, elect with `tenure-election`, release and close ",
+        "(the crate's `examples/sqlx_election.rs`, also in the README):\n\n",
+        "```no_run\n",
+        include_str!("../examples/sqlx_election.rs"),
+        "```\n",
+    )
+)]
 #![deny(missing_docs)]
 
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod builder;
-mod composite;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod connection;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod decode;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod error;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod events;
-mod ops;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod lease;
 mod prefix;
+mod redact;
 mod schema;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod storage;
+#[cfg(all(feature = "testing", any(feature = "deadpool", feature = "sqlx-0_9")))]
+mod testing;
 
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub use builder::{
-    BuildError, DEFAULT_CALL_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA_TIMEOUT,
+    ApplicationPool, BuildError, DEFAULT_CALL_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA_TIMEOUT,
     DEFAULT_VISIBILITY_WAIT, PostgresEventStorageBuilder,
 };
-pub use error::redact;
 pub use prefix::{DEFAULT_PREFIX, MAX_PREFIX_BYTES, PrefixError, TablePrefix};
+pub use redact::redact;
 pub use schema::{SchemaMode, ddl};
-pub use storage::PostgresEventStorage;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+pub use storage::{PostgresDriver, PostgresEventStorage};
 
-/// The pool type accepted by [`PostgresEventStorageBuilder::pool`], re-exported so that an
-/// application uses the same version.
+/// deadpool-postgres 0.14, whose `Pool` [`PostgresEventStorageBuilder::pool`] accepts,
+/// re-exported so that an application uses the same version.
+#[cfg(feature = "deadpool")]
 pub use deadpool_postgres;
+/// sqlx 0.9 (with its `postgres` and `runtime-tokio` features), whose `PgPool`
+/// [`PostgresEventStorageBuilder::pool`] accepts, re-exported under its major version so
+/// that an application uses the same one (and a later major can sit beside it).
+#[cfg(feature = "sqlx-0_9")]
+pub use sqlx as sqlx_0_9;
+/// tokio-postgres 0.7, the driver under [`deadpool_postgres`] (for its `Config`, `NoTls`, and
+/// TLS connectors).
+#[cfg(feature = "deadpool")]
+pub use tokio_postgres;

@@ -7,7 +7,7 @@ use std::fmt;
 pub const DEFAULT_PREFIX: &str = "tenure_";
 
 /// The longest name the DDL appends to a prefix (a constraint of the contenders table). A test
-/// checks that it is the longest `{{prefix}}…` identifier in `migrations/postgres/`.
+/// checks that it is the longest `{{prefix}}…` identifier in the crate's `migrations/`.
 pub(crate) const LONGEST_SUFFIX: &str = "lease_contenders_pkey";
 
 /// PostgreSQL truncates identifiers longer than this many bytes (`NAMEDATALEN - 1`).

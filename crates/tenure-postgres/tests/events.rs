@@ -22,7 +22,7 @@ use tenure_ports::{
     AppendRequest, EventPosition, EventQuery, EventStorage, EventStorageError, LeaseRequest,
     LeaseStatus, NewEvent, ReadOptions, StoredEvent,
 };
-use tenure_postgres::{PostgresEventStorage, SchemaMode};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, SchemaMode};
 use tokio::time::Instant;
 
 /// Taken by every test of this file that runs on the shared server.
@@ -41,8 +41,8 @@ fn ns(events: &[StoredEvent]) -> Vec<u64> {
 
 /// A second storage on the same prefix whose reads never wait for the barrier: what a reader
 /// returns at once.
-async fn impatient(guard: &PrefixGuard) -> PostgresEventStorage {
-    builder(guard)
+async fn impatient(driver: PostgresDriver, guard: &PrefixGuard) -> PostgresEventStorage {
+    builder(driver, guard)
         .schema_mode(SchemaMode::Validate)
         .visibility_wait(Duration::ZERO)
         .build()
@@ -86,10 +86,11 @@ async fn raw_append(
     Ok((outcome, rows.iter().map(|r| r.get(1)).collect()))
 }
 
+on_each_driver! {
 /// The issue's test of the barrier: a slow transaction holds a smaller position while a later
 /// one commits; a reader sees neither until the slow one commits, then both, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_transaction_hides_a_later_commit_until_it_commits() {
+async fn a_slow_transaction_hides_a_later_commit_until_it_commits(driver: PostgresDriver) {
     let cluster = tokio::task::spawn_blocking(|| {
         let cluster = Cluster::create()?;
         cluster.start().map(|()| cluster)
@@ -100,7 +101,7 @@ async fn a_slow_transaction_hides_a_later_commit_until_it_commits() {
     let url = cluster.url();
     let p = "barrier_";
     let on_cluster = |wait: Duration| {
-        PostgresEventStorage::builder()
+        PostgresEventStorage::builder().driver(driver)
             .url(url.clone())
             .prefix(p)
             .visibility_wait(wait)
@@ -198,17 +199,19 @@ async fn a_slow_transaction_hides_a_later_commit_until_it_commits() {
     assert_eq!(ns(&events), vec![2, 1]);
     drop(cluster);
 }
+}
 
+on_each_driver! {
 /// Writers through the adapter and slow writers holding their transactions open, while a
 /// follower reads on from the last position it got, never waiting: it must end with exactly
 /// the log, in order, having skipped nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_never_skips_an_event_of_concurrent_and_slow_writers() {
+async fn a_follower_never_skips_an_event_of_concurrent_and_slow_writers(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
     let run_for = Duration::from_secs(3);
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
-    let follower = impatient(&guard).await;
+    let follower = impatient(driver, &guard).await;
     let deadline = Instant::now() + run_for;
 
     let mut writers = Vec::new();
@@ -323,11 +326,13 @@ async fn a_follower_never_skips_an_event_of_concurrent_and_slow_writers() {
         "a younger transaction got a smaller position"
     );
 }
+}
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_appends_with_one_key_store_one_batch() {
+async fn concurrent_appends_with_one_key_store_one_batch(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let mut tasks = Vec::new();
     for n in 0..8u64 {
         let storage = storage.clone();
@@ -349,13 +354,15 @@ async fn concurrent_appends_with_one_key_store_one_batch() {
     assert_eq!(log, answers[0]);
     drop(guard);
 }
+}
 
+on_each_driver! {
 /// The path where the key's unique index decides: the first append with the key is still in
 /// flight when the second arrives; the second waits, fails on the index, and replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_in_flight_makes_the_second_append_wait_and_replay() {
+async fn a_key_in_flight_makes_the_second_append_wait_and_replay(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
     let mut first = admin().await;
     let tx = first.transaction().await.unwrap();
@@ -381,13 +388,15 @@ async fn a_key_in_flight_makes_the_second_append_wait_and_replay() {
         .unwrap();
     assert_eq!(log, replayed);
 }
+}
 
+on_each_driver! {
 /// A conditional append waits for an append in flight, then sees its event: the check runs
 /// after the lock, without the barrier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conditional_append_waits_for_appends_in_flight_and_sees_them() {
+async fn a_conditional_append_waits_for_appends_in_flight_and_sees_them(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
     let mut other = admin().await;
     let tx = other.transaction().await.unwrap();
@@ -410,12 +419,14 @@ async fn a_conditional_append_waits_for_appends_in_flight_and_sees_them() {
         other => panic!("expected a conflict, got {other:?}"),
     }
 }
+}
 
+on_each_driver! {
 /// While a conditional append is in flight, other appends wait for it, and see its events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appends_wait_for_a_conditional_append_in_flight() {
+async fn appends_wait_for_a_conditional_append_in_flight(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
     let mut other = admin().await;
     let tx = other.transaction().await.unwrap();
@@ -451,15 +462,17 @@ async fn appends_wait_for_a_conditional_append_in_flight() {
         Err(EventStorageError::AppendConflict { conflicting }) if conflicting.get_i64() == positions[0]
     ));
 }
+}
 
+on_each_driver! {
 /// Lease calls go on while an append holds the events' locks, and appends and reads go on
 /// while a lease call holds its lock: they share none. The locks an append holds are in the
 /// two-int advisory key space.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appends_and_lease_calls_share_no_lock() {
+async fn appends_and_lease_calls_share_no_lock(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
     let guard = support::fresh_prefix();
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .call_timeout(Duration::from_secs(2))
         .build()
         .await
@@ -527,6 +540,7 @@ async fn appends_and_lease_calls_share_no_lock() {
         .unwrap();
     lease_tx.rollback().await.unwrap();
 }
+}
 
 async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
     client
@@ -536,15 +550,16 @@ async fn backend_pid(client: &impl tokio_postgres::GenericClient) -> i32 {
         .get(0)
 }
 
+on_each_driver! {
 /// An append stuck on a lock past the call timeout is Unavailable in time, leaves no lock
 /// behind, and the pool goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_append_past_its_timeout_is_unavailable_and_leaves_no_lock() {
+async fn an_append_past_its_timeout_is_unavailable_and_leaves_no_lock(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
     let guard = support::fresh_prefix();
     // Long enough to connect on a loaded machine (it is also the connect timeout).
     let timeout = Duration::from_secs(1);
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .pool_size(1)
         .call_timeout(timeout)
         .build()
@@ -599,13 +614,15 @@ async fn an_append_past_its_timeout_is_unavailable_and_leaves_no_lock() {
         .unwrap();
     assert_eq!(ns(&again), vec![3]);
 }
+}
 
+on_each_driver! {
 /// A bookmark must point at a committed event: one still in flight does not count, and a
 /// refused bookmark writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bookmark_on_an_uncommitted_event_is_refused() {
+async fn a_bookmark_on_an_uncommitted_event_is_refused(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, guard) = fresh_storage().await;
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
     let placed = storage
         .append(&AppendRequest::new(vec![event("s", 1)]))
@@ -629,13 +646,15 @@ async fn a_bookmark_on_an_uncommitted_event_is_refused() {
     tx.commit().await.unwrap();
     storage.bookmark("r", pending, &[]).await.unwrap();
 }
+}
 
+on_each_driver! {
 /// Payloads come back as stored, whatever JSON they are; stream, type and tag names travel as
 /// parameters whatever they contain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payloads_and_names_round_trip() {
+async fn payloads_and_names_round_trip(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, _guard) = fresh_storage().await;
+    let (storage, _guard) = fresh_storage(driver).await;
     let payloads = [
         json!(null),
         json!(true),
@@ -711,13 +730,15 @@ async fn payloads_and_names_round_trip() {
         .unwrap();
     assert_eq!(after, read);
 }
+}
 
+on_each_driver! {
 /// Every shape of condition (each branch of the function's check) finds the first matching
 /// event after the condition's position, and only a matching one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_condition_shape_finds_the_first_conflict() {
+async fn every_condition_shape_finds_the_first_conflict(driver: PostgresDriver) {
     let _serial = SERIAL.lock().await;
-    let (storage, _guard) = fresh_storage().await;
+    let (storage, _guard) = fresh_storage(driver).await;
     let e = |stream: &str, event_type: &str, tags: &[&str]| {
         tags.iter()
             .fold(NewEvent::new(stream, event_type, json!(null)), |e, t| {
@@ -767,4 +788,5 @@ async fn every_condition_shape_finds_the_first_conflict() {
             (other, _) => panic!("{query:?} after {after:?}: expected {expected:?}, got {other:?}"),
         }
     }
+}
 }

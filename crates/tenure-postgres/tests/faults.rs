@@ -1,5 +1,5 @@
-//! Contention, waiting, dropped connections, timeouts and a server restart, against real
-//! servers.
+//! Contention, waiting, killed and stalled connections, timeouts and a server restart, against
+//! real servers, on each driver.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use support::{LOCK_KEY_SQL, admin, blocked_on_lock, builder, fresh_prefix, fresh_storage};
+use support::{LOCK_KEY_SQL, admin, blocked_on_lock, builder, fresh_prefix, fresh_storage, server};
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
     EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus, Timestamp,
@@ -53,9 +53,10 @@ async fn hold_lease_lock(
     (release_tx, handle)
 }
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_it_decides() {
-    let (storage, guard) = fresh_storage().await;
+async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_it_decides(driver: PostgresDriver) {
+    let (storage, guard) = fresh_storage(driver).await;
     let ttl = Duration::from_secs(1);
     let first = storage
         .request_lease(&LeaseRequest::new("l", "a", 0, ttl))
@@ -101,11 +102,13 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
     );
     assert_eq!(contenders[0].last_seen, answer.lease.heartbeat_at);
 }
+}
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds() {
+async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(driver: PostgresDriver) {
     let guard = fresh_prefix();
-    let storage = builder(&guard).pool_size(1).build().await.unwrap();
+    let storage = builder(driver, &guard).pool_size(1).build().await.unwrap();
     let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
     storage.request_lease(&request).await.unwrap();
 
@@ -136,12 +139,14 @@ async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(
     assert_eq!(again.status, LeaseStatus::Leader);
     assert_eq!(again.fencing_token.get(), 1);
 }
+}
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_past_its_timeout_is_unavailable_in_time_and_the_pool_recovers() {
+async fn a_call_past_its_timeout_is_unavailable_in_time_and_the_pool_recovers(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let timeout = Duration::from_millis(300);
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .pool_size(1)
         .call_timeout(timeout)
         .build()
@@ -173,10 +178,12 @@ async fn a_call_past_its_timeout_is_unavailable_in_time_and_the_pool_recovers() 
         LeaseStatus::Leader
     );
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn exhausted_tokens_are_an_internal_error_that_writes_nothing() {
-    let (storage, guard) = fresh_storage().await;
+async fn exhausted_tokens_are_an_internal_error_that_writes_nothing(driver: PostgresDriver) {
+    let (storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix();
     admin()
         .await
@@ -199,10 +206,12 @@ async fn exhausted_tokens_are_an_internal_error_that_writes_nothing() {
     let snapshot = storage.get_leases().await.unwrap();
     assert_eq!(snapshot.get("l").unwrap().owner, "a");
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn invalid_input_is_refused_before_anything_is_written() {
-    let (storage, guard) = fresh_storage().await;
+async fn invalid_input_is_refused_before_anything_is_written(driver: PostgresDriver) {
+    let (storage, guard) = fresh_storage(driver).await;
     for request in [
         LeaseRequest::new("", "a", 0, Duration::from_secs(1)),
         LeaseRequest::new("l", "a\u{0}b", 0, Duration::from_secs(1)),
@@ -238,10 +247,12 @@ async fn invalid_input_is_refused_before_anything_is_written() {
         .get(0);
     assert_eq!(rows, 0);
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn names_travel_as_parameters_whatever_they_contain() {
-    let (storage, _guard) = fresh_storage().await;
+async fn names_travel_as_parameters_whatever_they_contain(driver: PostgresDriver) {
+    let (storage, _guard) = fresh_storage(driver).await;
     let names = ["l'; DROP TABLE x; --", "naïve ünïcödé", "$1", "%_\\"];
     for name in names {
         let response = storage
@@ -261,6 +272,7 @@ async fn names_travel_as_parameters_whatever_they_contain() {
         .collect();
     assert_eq!(listed, expected, "get_leases is ordered by name (bytes)");
 }
+}
 
 /// A tiny deterministic generator, so that each contender behaves differently.
 struct XorShift(u64);
@@ -273,17 +285,18 @@ impl XorShift {
     }
 }
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_two_contenders_over_four_pools_never_share_a_token_or_a_live_lease() {
+async fn thirty_two_contenders_over_four_pools_never_share_a_token_or_a_live_lease(driver: PostgresDriver) {
     const LEASES: [&str; 2] = ["hot-0", "hot-1"];
     let run_for = Duration::from_secs(10);
     let ttl = Duration::from_millis(200);
 
     let guard = fresh_prefix();
-    let mut storages = vec![builder(&guard).pool_size(8).build().await.unwrap()];
+    let mut storages = vec![builder(driver, &guard).pool_size(8).build().await.unwrap()];
     for _ in 1..4 {
         storages.push(
-            builder(&guard)
+            builder(driver, &guard)
                 .pool_size(8)
                 .schema_mode(SchemaMode::Validate)
                 .build()
@@ -415,9 +428,11 @@ async fn thirty_two_contenders_over_four_pools_never_share_a_token_or_a_live_lea
         println!("contention: {lease}: {} tenures", tokens.len());
     }
 }
+}
 
+on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself() {
+async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself(driver: PostgresDriver) {
     // A cluster of the test's own, so that stopping it disturbs nobody else's tests. Missing
     // binaries fail the test: a skipped test reported as passed would hide that it never ran.
     let cluster = tokio::task::spawn_blocking(|| {
@@ -427,8 +442,9 @@ async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself() {
     .await
     .unwrap()
     .expect("a throwaway cluster from the local PostgreSQL binaries");
-    let storage = PostgresEventStorage::builder()
+    let storage = PostgresEventStorage::builder().driver(driver)
         .url(cluster.url())
+        .driver(driver)
         .pool_size(2)
         .call_timeout(Duration::from_secs(2))
         .build()
@@ -456,4 +472,74 @@ async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself() {
         "the token survived the restart"
     );
     assert_eq!(answer.status, LeaseStatus::Leader);
+}
+}
+
+/// The pids of the server processes serving `application_name`.
+async fn backends(admin: &tokio_postgres::Client, application_name: &str) -> Vec<i32> {
+    admin
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&application_name],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, i32>(0))
+        .collect()
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to the server process `pid`.
+fn signal(pid: i32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: PostgresDriver) {
+    // The server process behind the storage's only connection is stopped (SIGSTOP): the socket
+    // stays open and nothing answers, as with a hung server or a black-holed network.
+    let guard = fresh_prefix();
+    let name = format!("stall-{}", guard.prefix());
+    let separator = if server().url.contains('?') { '&' } else { '?' };
+    let timeout = Duration::from_millis(500);
+    let storage = PostgresEventStorage::builder().driver(driver)
+        .url(format!("{}{separator}application_name={name}", server().url))
+        .driver(driver)
+        .prefix(guard.prefix())
+        .pool_size(1)
+        .call_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
+    assert_eq!(storage.request_lease(&request).await.unwrap().status, LeaseStatus::Leader);
+    let admin = admin().await;
+    let before = backends(&admin, &name).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    let stalled = before[0];
+    signal(stalled, "STOP");
+    let started = std::time::Instant::now();
+    let result = storage.request_lease(&request).await;
+    let elapsed = started.elapsed();
+    // The next call gets a new connection: the stalled one was taken out of the pool.
+    let next = storage.get_leases().await;
+    let after = backends(&admin, &name).await;
+    signal(stalled, "CONT");
+    let err = result.unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+    assert!(elapsed >= timeout, "{elapsed:?}");
+    assert!(elapsed < timeout + Duration::from_millis(700), "hung past the timeout: {elapsed:?}");
+    assert_eq!(next.unwrap().get("l").unwrap().owner, "a");
+    assert!(
+        after.contains(&stalled) && after.len() == 2,
+        "the stalled backend {stalled} and a new one, not {after:?}"
+    );
+    assert_eq!(storage.request_lease(&request).await.unwrap().status, LeaseStatus::Leader);
+    storage.close().await.unwrap();
+}
 }

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tenure_ports::domain::{self, RecordWrite};
 use tenure_ports::{Contender, Lease, LeaseName, LeaseRequest, Owner, Timestamp};
-use tenure_postgres::PostgresEventStorage;
+use tenure_postgres::{PostgresDriver, PostgresEventStorage};
 
 const OWNERS: [&str; 4] = ["a", "b", "c", "d"];
 
@@ -156,7 +156,7 @@ impl Harness {
                     .unwrap();
                     let (transition, response) = self
                         .runtime
-                        .block_on(self.storage.request_lease_at_for_tests(&request, now))
+                        .block_on(self.storage.request_lease_at(&request, now))
                         .unwrap();
                     prop_assert_eq!(transition, expected.transition, "step {}: {:?}", step, op);
                     prop_assert_eq!(&response, &expected.response, "step {}: {:?}", step, op);
@@ -175,11 +175,7 @@ impl Harness {
                         domain::decide_release(model.record.as_ref(), &name, &who, now).unwrap();
                     let released = self
                         .runtime
-                        .block_on(self.storage.release_lease_at_for_tests(
-                            lease,
-                            OWNERS[owner],
-                            now,
-                        ))
+                        .block_on(self.storage.release_lease_at(lease, OWNERS[owner], now))
                         .unwrap();
                     prop_assert_eq!(
                         released,
@@ -251,7 +247,7 @@ impl Harness {
             // And the adapter's listing says the same.
             let listed = self
                 .runtime
-                .block_on(self.storage.get_lease_contenders_at_for_tests(lease, now))
+                .block_on(self.storage.get_lease_contenders_at(lease, now))
                 .unwrap();
             let mut expected = live(&model.contenders);
             tenure_ports::sort_contenders(&mut expected);
@@ -262,12 +258,21 @@ impl Harness {
 }
 
 #[test]
-fn sql_decisions_match_the_domain() {
+fn sql_decisions_match_the_domain_on_deadpool() {
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool);
+}
+
+#[test]
+fn sql_decisions_match_the_domain_on_sqlx() {
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
+}
+
+fn sql_decisions_match_the_domain(driver: PostgresDriver) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (storage, guard) = runtime.block_on(support::fresh_storage());
+    let (storage, guard) = runtime.block_on(support::fresh_storage(driver));
     let admin = runtime.block_on(support::admin());
     let harness = Harness {
         runtime,
@@ -291,7 +296,7 @@ fn sql_decisions_match_the_domain() {
         harness.run(&format!("lease-{n}"), &ops)
     });
     if let Err(err) = result {
-        panic!("the SQL functions and the domain disagree: {err}");
+        panic!("the SQL functions and the domain disagree on {driver}: {err}");
     }
     drop(guard);
 }

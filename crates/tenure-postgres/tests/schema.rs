@@ -14,7 +14,7 @@ use tenure_ports::{
     AppendRequest, EventQuery, EventStorage, EventStorageError, LeaseRequest, LeaseStatus,
     NewEvent, ReadOptions,
 };
-use tenure_postgres::{BuildError, PostgresEventStorage, SchemaMode, ddl};
+use tenure_postgres::{BuildError, PostgresDriver, PostgresEventStorage, SchemaMode, ddl};
 
 fn request(lease: &str, owner: &str) -> LeaseRequest {
     LeaseRequest::new(lease, owner, 0, Duration::from_secs(60))
@@ -33,38 +33,43 @@ async fn count_objects(prefix: &str) -> i64 {
         .get(0)
 }
 
+on_each_driver! {
 #[tokio::test]
-async fn ensure_twice_is_harmless_and_keeps_the_data() {
-    let (first, guard) = fresh_storage().await;
+async fn ensure_twice_is_harmless_and_keeps_the_data(driver: PostgresDriver) {
+    let (first, guard) = fresh_storage(driver).await;
     let granted = first.request_lease(&request("l", "a")).await.unwrap();
     let objects = count_objects(guard.prefix()).await;
     // Leases: two tables, their primary key indexes, the row type of request_lease_v1's
     // answer, two functions. Events: three tables, their primary key indexes, the position
     // sequence, three more indexes, one function. And no more after a second run.
     assert_eq!(objects, 7 + 11);
-    let second = builder(&guard).build().await.unwrap();
+    let second = builder(driver, &guard).build().await.unwrap();
     assert_eq!(count_objects(guard.prefix()).await, objects);
     let standby = second.request_lease(&request("l", "b")).await.unwrap();
     assert_eq!(standby.status, LeaseStatus::Standby);
     assert_eq!(standby.lease, granted.lease);
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn concurrent_ensures_are_serialized() {
+async fn concurrent_ensures_are_serialized(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let builds = (0..4).map(|_| {
-        let b = builder(&guard);
+        let b = builder(driver, &guard);
         tokio::spawn(async move { b.build().await })
     });
     for build in builds.collect::<Vec<_>>() {
         build.await.unwrap().unwrap();
     }
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn validate_on_an_empty_schema_names_every_missing_object() {
+async fn validate_on_an_empty_schema_names_every_missing_object(driver: PostgresDriver) {
     let guard = fresh_prefix();
-    let err = builder(&guard)
+    let err = builder(driver, &guard)
         .schema_mode(SchemaMode::Validate)
         .build()
         .await
@@ -92,27 +97,34 @@ async fn validate_on_an_empty_schema_names_every_missing_object() {
     ));
     assert_eq!(count_objects(p).await, 0, "Validate created something");
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn validate_after_ensure_passes() {
-    let (_ensured, guard) = fresh_storage().await;
-    let validated = builder(&guard)
+async fn validate_after_ensure_passes(driver: PostgresDriver) {
+    let (_ensured, guard) = fresh_storage(driver).await;
+    let validated = builder(driver, &guard)
         .schema_mode(SchemaMode::Validate)
         .build()
         .await
         .unwrap();
     validated.request_lease(&request("l", "a")).await.unwrap();
 }
+}
 
 /// Applies the DDL for the guard's prefix, then `damage` (SQL), and returns what `Validate` says.
-async fn validate_after_damage(guard: &PrefixGuard, damage: &str) -> String {
+async fn validate_after_damage(
+    driver: PostgresDriver,
+    guard: &PrefixGuard,
+    damage: &str,
+) -> String {
     let client = admin().await;
     client
         .batch_execute(&ddl(guard.prefix()).unwrap())
         .await
         .unwrap();
     client.batch_execute(damage).await.unwrap();
-    builder(guard)
+    builder(driver, guard)
         .schema_mode(SchemaMode::Validate)
         .build()
         .await
@@ -120,11 +132,13 @@ async fn validate_after_damage(guard: &PrefixGuard, damage: &str) -> String {
         .to_string()
 }
 
+on_each_driver! {
 #[tokio::test]
-async fn validate_names_wrong_and_missing_columns() {
+async fn validate_names_wrong_and_missing_columns(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let p = guard.prefix();
     let message = validate_after_damage(
+        driver,
         &guard,
         &format!(
             "ALTER TABLE {p}leases ALTER COLUMN priority TYPE integer; \
@@ -141,12 +155,15 @@ async fn validate_names_wrong_and_missing_columns() {
         assert!(message.contains(&expected), "{expected:?} not in {message}");
     }
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn validate_names_wrong_event_columns_and_missing_indexes() {
+async fn validate_names_wrong_event_columns_and_missing_indexes(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let p = guard.prefix();
     let message = validate_after_damage(
+        driver,
         &guard,
         &format!(
             "DROP INDEX {p}events_tags_idx; \
@@ -168,11 +185,13 @@ async fn validate_names_wrong_event_columns_and_missing_indexes() {
     }
     assert!(!message.contains("sequence"), "{message}");
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn none_touches_nothing() {
+async fn none_touches_nothing(driver: PostgresDriver) {
     let guard = fresh_prefix();
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .schema_mode(SchemaMode::None)
         .build()
         .await
@@ -183,11 +202,13 @@ async fn none_touches_nothing() {
     assert!(matches!(err, EventStorageError::Schema { .. }), "{err:?}");
     assert_eq!(count_objects(guard.prefix()).await, 0);
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn none_builds_without_a_reachable_server() {
+async fn none_builds_without_a_reachable_server(driver: PostgresDriver) {
     // Nothing listens on port 1: None mode does not connect while building.
-    let storage = PostgresEventStorage::builder()
+    let storage = PostgresEventStorage::builder().driver(driver)
         .url("postgres://u@127.0.0.1:1/db")
         .schema_mode(SchemaMode::None)
         .call_timeout(Duration::from_secs(2))
@@ -197,16 +218,18 @@ async fn none_builds_without_a_reachable_server() {
     let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
     assert!(err.is_unconfirmed(), "{err:?}");
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn ddl_applied_by_hand_satisfies_validate() {
+async fn ddl_applied_by_hand_satisfies_validate(driver: PostgresDriver) {
     let guard = fresh_prefix();
     admin()
         .await
         .batch_execute(&ddl(guard.prefix()).unwrap())
         .await
         .unwrap();
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .schema_mode(SchemaMode::Validate)
         .build()
         .await
@@ -220,11 +243,13 @@ async fn ddl_applied_by_hand_satisfies_validate() {
         LeaseStatus::Leader
     );
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn two_prefixes_are_independent() {
-    let (a, _ga) = fresh_storage().await;
-    let (b, _gb) = fresh_storage().await;
+async fn two_prefixes_are_independent(driver: PostgresDriver) {
+    let (a, _ga) = fresh_storage(driver).await;
+    let (b, _gb) = fresh_storage(driver).await;
     let in_a = a.request_lease(&request("same", "x")).await.unwrap();
     let in_b = b.request_lease(&request("same", "y")).await.unwrap();
     assert_eq!(in_a.status, LeaseStatus::Leader);
@@ -237,11 +262,13 @@ async fn two_prefixes_are_independent() {
     assert_eq!(b.get_lease_contenders("same").await.unwrap().len(), 2);
     assert_eq!(a.get_lease_contenders("same").await.unwrap().len(), 0);
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
+async fn invalid_prefixes_and_settings_are_refused_before_connecting(driver: PostgresDriver) {
     for prefix in ["", "Upper", "1x", "semi;colon", "quote'", &"x".repeat(43)] {
-        let err = PostgresEventStorage::builder()
+        let err = PostgresEventStorage::builder().driver(driver)
             .url("postgres://u@127.0.0.1:1/db")
             .prefix(prefix)
             .build()
@@ -249,9 +276,9 @@ async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
             .unwrap_err();
         assert!(matches!(err, BuildError::Prefix(_)), "{prefix:?}: {err:?}");
     }
-    let err = PostgresEventStorage::builder().build().await.unwrap_err();
+    let err = PostgresEventStorage::builder().driver(driver).build().await.unwrap_err();
     assert!(matches!(err, BuildError::NoConnection));
-    let err = PostgresEventStorage::builder()
+    let err = PostgresEventStorage::builder().driver(driver)
         .url("postgres://u@127.0.0.1:1/db")
         .pool_size(0)
         .build()
@@ -264,7 +291,7 @@ async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
             ..
         }
     ));
-    let err = PostgresEventStorage::builder()
+    let err = PostgresEventStorage::builder().driver(driver)
         .url("postgres://u@127.0.0.1:1/db")
         .call_timeout(Duration::ZERO)
         .build()
@@ -278,6 +305,7 @@ async fn invalid_prefixes_and_settings_are_refused_before_connecting() {
         }
     ));
 }
+}
 
 /// Every text an error shows: Display, Debug, and its whole source chain.
 fn all_text(err: &(dyn std::error::Error + 'static)) -> String {
@@ -290,8 +318,9 @@ fn all_text(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+on_each_driver! {
 #[tokio::test]
-async fn a_password_never_appears_in_error_text() {
+async fn a_password_never_appears_in_error_text(driver: PostgresDriver) {
     let secret = "Sup3rS3cretPa55";
     // Refused connection, wrong password, unparseable URL, unknown database.
     let urls = [
@@ -302,7 +331,7 @@ async fn a_password_never_appears_in_error_text() {
         format!("host=127.0.0.1 port=1 user=app password='{secret}' bogus"),
     ];
     for url in urls {
-        let builder = PostgresEventStorage::builder()
+        let builder = PostgresEventStorage::builder().driver(driver)
             .url(url.clone())
             .call_timeout(Duration::from_secs(3));
         assert!(!format!("{builder:?}").contains(secret));
@@ -310,7 +339,7 @@ async fn a_password_never_appears_in_error_text() {
         let text = all_text(&err);
         assert!(!text.contains(secret), "{url}: {text}");
         // And from a lease call on a storage built without checking the schema.
-        if let Ok(storage) = PostgresEventStorage::builder()
+        if let Ok(storage) = PostgresEventStorage::builder().driver(driver)
             .url(url.clone())
             .schema_mode(SchemaMode::None)
             .call_timeout(Duration::from_secs(3))
@@ -326,10 +355,12 @@ async fn a_password_never_appears_in_error_text() {
     }
     let _ = server();
 }
+}
 
+on_each_driver! {
 #[tokio::test]
-async fn least_privilege_role_runs_leases_events_and_bookmarks() {
-    let (owner_storage, guard) = fresh_storage().await;
+async fn least_privilege_role_runs_leases_events_and_bookmarks(driver: PostgresDriver) {
+    let (owner_storage, guard) = fresh_storage(driver).await;
     let p = guard.prefix().to_owned();
     let role = tenure_pg_test::unique_name("tenure_role");
     let client = admin().await;
@@ -350,7 +381,7 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
     let role_url = role_url(&role);
 
     for mode in [SchemaMode::Validate, SchemaMode::None] {
-        let storage = PostgresEventStorage::builder()
+        let storage = PostgresEventStorage::builder().driver(driver)
             .url(role_url.clone())
             .prefix(&p)
             .schema_mode(mode)
@@ -453,7 +484,7 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
         );
     }
     // And Ensure, which needs to create and own objects, is refused with a schema error.
-    let err = PostgresEventStorage::builder()
+    let err = PostgresEventStorage::builder().driver(driver)
         .url(role_url)
         .prefix(&p)
         .build()
@@ -464,6 +495,7 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks() {
         "{err:?}"
     );
     drop(owner_storage);
+}
 }
 
 /// A `tracing` writer into a shared buffer.
@@ -480,10 +512,11 @@ impl std::io::Write for Captured {
     }
 }
 
+on_each_driver! {
 /// Issue 7: no log line shows a password. Every event, at every level, of builds and calls
 /// with passwords in URLs and key/value strings, succeeding, refused, and timed out.
 #[tokio::test]
-async fn no_tracing_event_shows_a_password() {
+async fn no_tracing_event_shows_a_password(driver: PostgresDriver) {
     let secret = "Tr4c3dS3cretPa55";
     let role = tenure_pg_test::unique_name("tenure_role");
     admin()
@@ -510,7 +543,7 @@ async fn no_tracing_event_shows_a_password() {
     let _default = tracing::subscriber::set_default(subscriber);
 
     // A storage that connects with the password, and calls that reach the server.
-    let storage = PostgresEventStorage::builder()
+    let storage = PostgresEventStorage::builder().driver(driver)
         .url(good_url.clone())
         .prefix(tenure_pg_test::unique_prefix())
         .schema_mode(SchemaMode::None)
@@ -521,7 +554,7 @@ async fn no_tracing_event_shows_a_password() {
     let err = storage.request_lease(&request("l", "a")).await.unwrap_err();
     assert!(matches!(err, EventStorageError::Schema { .. }), "{err:?}");
     // A call that times out (the warning): a lease call kept waiting on its lock.
-    let (_ensured, guard) = fresh_storage().await;
+    let (_ensured, guard) = fresh_storage(driver).await;
     let p = guard.prefix();
     admin()
         .await
@@ -539,7 +572,7 @@ async fn no_tracing_event_shows_a_password() {
     )
     .await
     .unwrap();
-    let hurried = PostgresEventStorage::builder()
+    let hurried = PostgresEventStorage::builder().driver(driver)
         .url(good_url.clone())
         .prefix(p)
         .schema_mode(SchemaMode::None)
@@ -557,7 +590,7 @@ async fn no_tracing_event_shows_a_password() {
         format!("host=127.0.0.1 port=1 user={role} password={secret} dbname=postgres"),
         format!("postgres://{role}:{secret}@127.0.0.1:notaport/postgres"),
     ] {
-        let _ = PostgresEventStorage::builder()
+        let _ = PostgresEventStorage::builder().driver(driver)
             .url(url)
             .schema_mode(SchemaMode::Validate)
             .call_timeout(Duration::from_secs(3))
@@ -571,11 +604,13 @@ async fn no_tracing_event_shows_a_password() {
     assert!(log.contains(":***@"), "the URL, redacted: {log}");
     assert!(!log.contains(secret), "{log}");
 }
+}
 
+on_each_driver! {
 /// Issue 7: a role that may not create anything in its schema gets, from Ensure, a Schema error
 /// that says so and names every object it could not create; nothing is created.
 #[tokio::test]
-async fn ensure_without_create_privilege_names_what_it_could_not_create() {
+async fn ensure_without_create_privilege_names_what_it_could_not_create(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let p = guard.prefix().to_owned();
     let role = tenure_pg_test::unique_name("tenure_role");
@@ -599,7 +634,7 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
         ),
     );
 
-    let err = PostgresEventStorage::builder()
+    let err = PostgresEventStorage::builder().driver(driver)
         .url(role_url(&role))
         .prefix(&p)
         .schema_mode(SchemaMode::Ensure)
@@ -637,6 +672,7 @@ async fn ensure_without_create_privilege_names_what_it_could_not_create() {
         .get(0);
     assert_eq!(created, 0);
 }
+}
 
 /// The test server's URL with `role` (and its password, `<role>_pw`) as the user.
 fn role_url(role: &str) -> String {
@@ -655,14 +691,46 @@ fn role_url_with_password(role: &str, password: &str) -> String {
     }
 }
 
+/// The number of server processes serving `application_name`, as the server counts them.
+async fn backends_named(application_name: &str) -> i64 {
+    admin()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&application_name],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The test server's URL with `application_name` set.
+fn url_named(application_name: &str) -> String {
+    let url = &server().url;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}application_name={application_name}")
+}
+
+on_each_driver! {
 #[tokio::test]
-async fn closing_makes_every_clone_fail_with_closed() {
-    let (storage, _guard) = fresh_storage().await;
+async fn closing_makes_every_clone_fail_with_closed_and_closes_its_own_pool(
+    driver: PostgresDriver
+) {
+    let guard = fresh_prefix();
+    let name = format!("closing-{}", guard.prefix());
+    let storage = PostgresEventStorage::builder()
+        .url(url_named(&name))
+        .driver(driver)
+        .prefix(guard.prefix())
+        .build()
+        .await
+        .unwrap();
     let clone = storage.clone();
     storage.request_lease(&request("l", "a")).await.unwrap();
+    // sqlx may hold two: it pings a returned connection before it is idle again.
+    assert!(backends_named(&name).await >= 1);
     storage.close().await.unwrap();
     storage.close().await.unwrap();
-    assert!(storage.pool().is_closed());
     for err in [
         clone.request_lease(&request("l", "a")).await.unwrap_err(),
         clone.release_lease("l", "a").await.unwrap_err(),
@@ -671,26 +739,81 @@ async fn closing_makes_every_clone_fail_with_closed() {
     ] {
         assert!(matches!(err, EventStorageError::Closed), "{err:?}");
     }
-    let _ = all_text(&EventStorageError::Closed);
+    // The pool the storage built is closed: the server sees its connection go.
+    let mut left = backends_named(&name).await;
+    for _ in 0..100 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = backends_named(&name).await;
+    }
+    assert_eq!(left, 0, "the storage's own pool kept {left} connections open");
+}
 }
 
+on_each_driver! {
 #[tokio::test]
-async fn closing_leaves_an_application_pool_open() {
-    let (owned, guard) = fresh_storage().await;
-    let shared = PostgresEventStorage::builder()
-        .pool(owned.pool().clone())
-        .prefix(guard.prefix())
-        .schema_mode(SchemaMode::Validate)
-        .build()
-        .await
-        .unwrap();
-    shared.close().await.unwrap();
+async fn closing_leaves_an_application_pool_open(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    builder(driver, &guard).build().await.unwrap().close().await.unwrap();
+    let shared = |pool: tenure_postgres::ApplicationPool| {
+        PostgresEventStorage::builder()
+            .pool(pool)
+            .prefix(guard.prefix())
+            .schema_mode(SchemaMode::Validate)
+            .build()
+    };
+    // The application's own pool, and a query of its own on it after the storage closed.
+    let still_open: Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = i64>>>>;
+    let storage = match driver {
+        PostgresDriver::Deadpool => {
+            let config = server().url.parse::<tokio_postgres::Config>().unwrap();
+            let manager = tenure_postgres::deadpool_postgres::Manager::new(
+                config,
+                tokio_postgres::NoTls,
+            );
+            let pool = tenure_postgres::deadpool_postgres::Pool::builder(manager)
+                .max_size(2)
+                .build()
+                .unwrap();
+            let storage = shared(pool.clone().into()).await.unwrap();
+            still_open = Box::new(move || {
+                let pool = pool.clone();
+                Box::pin(async move {
+                    let client = pool.get().await.unwrap();
+                    client.query_one("SELECT 1::int8", &[]).await.unwrap().get(0)
+                })
+            });
+            storage
+        }
+        PostgresDriver::Sqlx09 => {
+            let pool = support::sqlx_pool(&server().url, 2).await;
+            let storage = shared(pool.clone().into()).await.unwrap();
+            still_open = Box::new(move || {
+                let pool = pool.clone();
+                Box::pin(async move {
+                    use tenure_postgres::sqlx_0_9::Row as _;
+                    let row = tenure_postgres::sqlx_0_9::query("SELECT 1::int8")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    row.get::<i64, _>(0)
+                })
+            });
+            storage
+        }
+        other => panic!("no test for driver {other}"),
+    };
+    assert_eq!(storage.driver(), driver);
+    storage.request_lease(&request("l", "a")).await.unwrap();
+    storage.close().await.unwrap();
     assert!(matches!(
-        shared.request_lease(&request("l", "a")).await,
+        storage.request_lease(&request("l", "a")).await,
         Err(EventStorageError::Closed)
     ));
-    assert!(!owned.pool().is_closed());
-    owned.request_lease(&request("l", "a")).await.unwrap();
+    assert_eq!(still_open().await, 1);
     let e = EventStorageError::Closed;
     assert!(e.source().is_none());
+}
 }

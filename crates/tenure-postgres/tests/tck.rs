@@ -9,7 +9,7 @@ use tenure_tck::Subject;
 
 tenure_tck::tck_suite!(|| async {
     let guard = support::fresh_prefix();
-    let storage = support::builder(&guard)
+    let storage = support::builder(tenure_postgres::PostgresDriver::Deadpool, &guard)
         .build()
         .await
         .expect("building a storage on the test server");

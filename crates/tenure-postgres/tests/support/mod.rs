@@ -6,7 +6,46 @@
 use std::time::Duration;
 
 use tenure_pg_test::{PrefixGuard, Server};
-use tenure_postgres::{PostgresEventStorage, PostgresEventStorageBuilder, SchemaMode};
+use tenure_postgres::{
+    PostgresDriver, PostgresEventStorage, PostgresEventStorageBuilder, SchemaMode,
+};
+
+/// Both drivers, for the tests that run on each.
+pub const DRIVERS: [PostgresDriver; 2] = [PostgresDriver::Deadpool, PostgresDriver::Sqlx09];
+
+/// Defines the test `$name` twice, as `$name::deadpool` and `$name::sqlx`, with `$driver`
+/// bound to the driver each runs on.
+#[macro_export]
+macro_rules! on_each_driver {
+    ($(#[$attr:meta])* async fn $name:ident($driver:ident: PostgresDriver) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($driver: tenure_postgres::PostgresDriver) $body
+
+            $(#[$attr])*
+            async fn deadpool() {
+                run(tenure_postgres::PostgresDriver::Deadpool).await
+            }
+
+            $(#[$attr])*
+            async fn sqlx() {
+                run(tenure_postgres::PostgresDriver::Sqlx09).await
+            }
+        }
+    };
+}
+
+/// A pool of the application's own, as a sqlx user has one: `sqlx::PgPool` with sqlx's
+/// default settings.
+pub async fn sqlx_pool(url: &str, size: u32) -> tenure_postgres::sqlx_0_9::PgPool {
+    tenure_postgres::sqlx_0_9::postgres::PgPoolOptions::new()
+        .max_connections(size)
+        .connect(url)
+        .await
+        .expect("a sqlx pool on the test server")
+}
 
 /// The server of this test run; fails the test (never skips it) when there is none.
 pub fn server() -> &'static Server {
@@ -18,19 +57,20 @@ pub fn fresh_prefix() -> PrefixGuard {
     PrefixGuard::new(server().url.clone(), tenure_pg_test::unique_prefix())
 }
 
-/// A builder on the test server with `prefix`.
-pub fn builder(prefix: &PrefixGuard) -> PostgresEventStorageBuilder {
+/// A builder on the test server with `prefix`, building its pool from the URL with `driver`.
+pub fn builder(driver: PostgresDriver, prefix: &PrefixGuard) -> PostgresEventStorageBuilder {
     PostgresEventStorage::builder()
         .url(server().url.clone())
+        .driver(driver)
         .prefix(prefix.prefix())
         .pool_size(4)
         .call_timeout(Duration::from_secs(10))
 }
 
 /// A storage on a fresh prefix, schema ensured. Keep the guard alive as long as the storage.
-pub async fn fresh_storage() -> (PostgresEventStorage, PrefixGuard) {
+pub async fn fresh_storage(driver: PostgresDriver) -> (PostgresEventStorage, PrefixGuard) {
     let guard = fresh_prefix();
-    let storage = builder(&guard)
+    let storage = builder(driver, &guard)
         .schema_mode(SchemaMode::Ensure)
         .build()
         .await

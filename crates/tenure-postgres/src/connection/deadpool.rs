@@ -1,0 +1,174 @@
+//! The tokio-postgres 0.7 driver, through a deadpool-postgres 0.14 pool.
+//!
+//! Statements are prepared once per connection (`prepare_cached`); rows are read as raw
+//! binary values and decoded by the adapter (`decode`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use futures::TryStreamExt;
+use tokio_postgres::NoTls;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+
+use super::{Driver, Param, Sql, UrlError};
+use crate::decode::{BoxError, Row, Value};
+use crate::error::{Failure, scrub};
+
+/// A deadpool-postgres pool, as a [`Driver`].
+pub(crate) struct Deadpool {
+    pool: Pool,
+}
+
+impl Deadpool {
+    /// The driver over `pool`.
+    pub(crate) fn new(pool: Pool) -> Self {
+        Deadpool { pool }
+    }
+
+    /// A pool of at most `size` connections for the connection string `url`, each bound to
+    /// `timeout` (connecting, waiting for a connection, recycling one). Unless the string sets
+    /// them, `application_name` is `tenure` and the connect timeout is `timeout`.
+    pub(crate) fn from_url(url: &str, size: usize, timeout: Duration) -> Result<Self, UrlError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| UrlError::Url(scrub(&e.to_string(), url)))?;
+        if config.get_application_name().is_none() {
+            config.application_name("tenure");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(timeout);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(timeout))
+            .create_timeout(Some(timeout))
+            .recycle_timeout(Some(timeout))
+            .build()
+            .map_err(|e| UrlError::Pool(e.to_string().into()))?;
+        Ok(Deadpool { pool })
+    }
+}
+
+fn from_pg(err: tokio_postgres::Error) -> Failure {
+    match err.as_db_error() {
+        Some(db) => Failure::Server {
+            code: db.code().code().to_owned(),
+            constraint: db.constraint().map(str::to_owned),
+            message: db.message().to_owned(),
+            source: Box::new(err),
+        },
+        // No SQLSTATE: the connection broke, or the client could not talk to the server.
+        None => Failure::Connection(Box::new(err)),
+    }
+}
+
+fn from_pool(err: PoolError) -> Failure {
+    match err {
+        PoolError::Closed => Failure::PoolClosed,
+        PoolError::Backend(err) => from_pg(err),
+        PoolError::Timeout(kind) => Failure::PoolTimeout(format!("{kind:?}")),
+        other => Failure::Pool(other.to_string().into()),
+    }
+}
+
+impl Driver for Deadpool {
+    type Connection = Object;
+    type Row = tokio_postgres::Row;
+
+    async fn checkout(&self) -> Result<Object, Failure> {
+        self.pool.get().await.map_err(from_pool)
+    }
+
+    async fn query(
+        connection: &mut Object,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<Vec<tokio_postgres::Row>, Failure> {
+        let statement = connection.prepare_cached(sql).await.map_err(from_pg)?;
+        connection
+            .query_raw(&statement, params)
+            .await
+            .map_err(from_pg)?
+            .try_collect()
+            .await
+            .map_err(from_pg)
+    }
+
+    async fn script(connection: &mut Object, sql: &str) -> Result<(), Failure> {
+        connection.batch_execute(sql).await.map_err(from_pg)
+    }
+
+    fn discard(&self, connection: Object) {
+        drop(Object::take(connection));
+    }
+
+    fn close(&self) {
+        self.pool.close();
+    }
+}
+
+/// Binds each parameter with tokio-postgres's own encoder for its type.
+impl ToSql for Param<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        self.to_sql_checked(ty, out)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        // Checked per value, by the encoder of the variant (see `to_sql_checked`).
+        true
+    }
+
+    fn to_sql_checked(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        match *self {
+            Param::Text(v) => v.to_sql_checked(ty, out),
+            Param::OptionalText(v) => v.to_sql_checked(ty, out),
+            Param::Int8(v) => v.to_sql_checked(ty, out),
+            Param::Bool(v) => v.to_sql_checked(ty, out),
+            Param::Texts(v) => v.to_sql_checked(ty, out),
+            Param::TextRefs(v) => v.to_sql_checked(ty, out),
+            Param::Jsonbs(v) => v.to_sql_checked(ty, out),
+        }
+    }
+}
+
+/// A column as it came: its type and its bytes, for `decode`.
+struct Raw<'a>(Value<'a>);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        Ok(Raw(Value {
+            oid: ty.oid(),
+            raw: Some(raw),
+        }))
+    }
+
+    fn from_sql_null(ty: &Type) -> Result<Self, BoxError> {
+        Ok(Raw(Value {
+            oid: ty.oid(),
+            raw: None,
+        }))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+impl Row for tokio_postgres::Row {
+    fn value(&self, idx: usize) -> Result<Value<'_>, BoxError> {
+        self.try_get::<_, Raw<'_>>(idx)
+            .map(|raw| raw.0)
+            .map_err(Into::into)
+    }
+}

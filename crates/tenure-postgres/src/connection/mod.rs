@@ -1,0 +1,261 @@
+//! Connection handling: the seam between the adapter and a driver, and what every call does
+//! with a connection whichever driver provides it.
+//!
+//! A [`Driver`] does four things: check a connection out of its pool, run one statement on it
+//! (prepared and cached per connection, in autocommit, binary results), run a script (the DDL),
+//! and take a connection out of its pool for good. Everything else lives once, above it: the
+//! SQL (in `lease`, `events` and `schema`), the decoding of the answers (`decode`), the mapping
+//! of failures (`error`), the call timeout and the closed flag ([`Link`]), and the rule that a
+//! connection whose call was abandoned or broke is closed, never reused ([`Checkout`]).
+//!
+//! The drivers, each behind its feature: [`deadpool`] (tokio-postgres 0.7 and deadpool-postgres
+//! 0.14) and [`sqlx`] (sqlx 0.9).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tenure_ports::EventStorageError;
+
+use crate::decode::Row;
+use crate::error::Failure;
+
+#[cfg(feature = "deadpool")]
+pub(crate) mod deadpool;
+#[cfg(feature = "sqlx-0_9")]
+pub(crate) mod sqlx;
+
+/// The text of one statement, built once per storage and shared with the driver's statement
+/// cache without a copy.
+pub(crate) type Sql = Arc<str>;
+
+/// One bind parameter, in the types the statements take. Each driver binds it with its own
+/// encoder for the same PostgreSQL type.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Param<'a> {
+    /// `text`.
+    Text(&'a str),
+    /// `text`, or NULL.
+    OptionalText(Option<&'a str>),
+    /// `bigint`.
+    Int8(i64),
+    /// `boolean`.
+    Bool(bool),
+    /// `text[]`.
+    Texts(&'a [String]),
+    /// `text[]`, borrowed.
+    TextRefs(&'a [&'a str]),
+    /// `jsonb[]`.
+    Jsonbs(&'a [&'a serde_json::Value]),
+}
+
+/// Why a driver could not make a pool from a connection string.
+#[derive(Debug)]
+pub(crate) enum UrlError {
+    /// The string does not parse (the reason, password scrubbed).
+    Url(String),
+    /// The pool could not be created.
+    Pool(tenure_ports::BoxError),
+}
+
+/// A connection pool, seen from the adapter.
+///
+/// Implementations must not cache answers or retry: one call of [`query`](Driver::query) is
+/// one statement sent once.
+pub(crate) trait Driver: Send + Sync + 'static {
+    /// A connection checked out of the pool; dropping it gives it back.
+    type Connection: Send;
+    /// A row of an answer.
+    type Row: Row + Send + Sync;
+
+    /// A connection from the pool (waiting for one, or opening one).
+    fn checkout(&self) -> impl Future<Output = Result<Self::Connection, Failure>> + Send;
+
+    /// Runs one statement, prepared (and cached on the connection), with `params`, in
+    /// autocommit unless a script opened a transaction; the rows come in binary format.
+    fn query(
+        connection: &mut Self::Connection,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>, Failure>> + Send;
+
+    /// Runs a script of statements without parameters (the simple query protocol).
+    fn script(
+        connection: &mut Self::Connection,
+        sql: &str,
+    ) -> impl Future<Output = Result<(), Failure>> + Send;
+
+    /// Takes `connection` out of the pool and closes it.
+    fn discard(&self, connection: Self::Connection);
+
+    /// Closes the pool: idle connections at once, busy ones when they come back.
+    fn close(&self);
+}
+
+/// A driver with what every call needs around it: the call timeout, and whether the storage
+/// is closed.
+pub(crate) struct Link<D> {
+    driver: D,
+    call_timeout: Duration,
+    owns_pool: bool,
+    closed: AtomicBool,
+}
+
+impl<D: Driver> Link<D> {
+    /// `driver`, whose pool the storage closes when closed if `owns_pool`.
+    pub(crate) fn new(driver: D, call_timeout: Duration, owns_pool: bool) -> Self {
+        Link {
+            driver,
+            call_timeout,
+            owns_pool,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The bound on one call.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Whether the storage was closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Marks the storage closed, and closes the pool if the storage built it.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        if self.owns_pool {
+            self.driver.close();
+        }
+    }
+
+    /// Runs `work` (which checks a connection out with [`checkout`](Self::checkout)) within
+    /// the call timeout, unless the storage is closed.
+    pub(crate) async fn timed<T>(
+        &self,
+        what: &'static str,
+        work: impl Future<Output = Result<T, EventStorageError>>,
+    ) -> Result<T, EventStorageError> {
+        if self.is_closed() {
+            return Err(EventStorageError::Closed);
+        }
+        let timeout = self.call_timeout;
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(target: "tenure_postgres", what, ?timeout, "call timed out");
+                Err(EventStorageError::unavailable(format!(
+                    "{what}: no answer from PostgreSQL within {timeout:?}; the outcome is unknown"
+                )))
+            }
+        }
+    }
+
+    /// A pooled connection for one call.
+    pub(crate) async fn checkout(
+        &self,
+        what: &'static str,
+    ) -> Result<Checkout<'_, D>, EventStorageError> {
+        let connection = self
+            .driver
+            .checkout()
+            .await
+            .map_err(|e| e.into_storage(what))?;
+        Ok(Checkout {
+            driver: &self.driver,
+            connection: Some(connection),
+            reusable: true,
+        })
+    }
+
+    /// Runs one statement (one round trip: a prepared statement, cached per connection, in
+    /// autocommit) within the call timeout.
+    pub(crate) async fn query(
+        &self,
+        what: &'static str,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<Vec<D::Row>, EventStorageError> {
+        self.timed(what, async {
+            let mut connection = self.checkout(what).await?;
+            connection
+                .query(sql, params)
+                .await
+                .map_err(|e| e.into_storage(what))
+        })
+        .await
+    }
+
+    /// Runs one statement that answers exactly one row, within the call timeout.
+    pub(crate) async fn query_one(
+        &self,
+        what: &'static str,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<D::Row, EventStorageError> {
+        let mut rows = self.query(what, sql, params).await?;
+        match rows.len() {
+            1 => Ok(rows.remove(0)),
+            n => Err(EventStorageError::internal(format!(
+                "{what}: expected one row, got {n}"
+            ))),
+        }
+    }
+}
+
+/// A pooled connection checked out for one call. If the call is abandoned while a statement is
+/// in flight (a timeout, a dropped future), or the connection broke, or the call asked for it
+/// ([`discard`](Self::discard)), the connection is taken out of the pool and closed instead of
+/// being handed to the next caller with an answer still pending, a dead socket, or a state in
+/// doubt.
+pub(crate) struct Checkout<'a, D: Driver> {
+    driver: &'a D,
+    connection: Option<D::Connection>,
+    reusable: bool,
+}
+
+impl<D: Driver> Checkout<'_, D> {
+    /// Runs one statement.
+    pub(crate) async fn query(
+        &mut self,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<Vec<D::Row>, Failure> {
+        let Some(connection) = self.connection.as_mut() else {
+            return Err(Failure::Driver("the connection was given up".into()));
+        };
+        // Until the answer is in, the connection must not go back to the pool.
+        self.reusable = false;
+        let result = D::query(connection, sql, params).await;
+        self.reusable = !matches!(&result, Err(e) if e.connection_broken());
+        result
+    }
+
+    /// Runs a script; the connection is closed afterwards unless it succeeded.
+    pub(crate) async fn script(&mut self, sql: &str) -> Result<(), Failure> {
+        let Some(connection) = self.connection.as_mut() else {
+            return Err(Failure::Driver("the connection was given up".into()));
+        };
+        self.reusable = false;
+        let result = D::script(connection, sql).await;
+        self.reusable = result.is_ok();
+        result
+    }
+
+    /// Closes the connection instead of returning it to the pool.
+    pub(crate) fn discard(&mut self) {
+        self.reusable = false;
+    }
+}
+
+impl<D: Driver> Drop for Checkout<'_, D> {
+    fn drop(&mut self) {
+        if !self.reusable
+            && let Some(connection) = self.connection.take()
+        {
+            self.driver.discard(connection);
+        }
+    }
+}

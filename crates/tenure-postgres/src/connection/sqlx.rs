@@ -1,0 +1,199 @@
+//! The sqlx 0.9 driver, through a `sqlx::PgPool`.
+//!
+//! Statements are persistent (prepared once per connection, in sqlx's statement cache); rows
+//! are read as raw binary values (`try_get_raw`) and decoded by the adapter (`decode`), so no
+//! sqlx type mapping (and none of its `chrono`/`time` features) is involved.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow, PgValueFormat};
+use sqlx::types::Json;
+use sqlx::{
+    Arguments, AssertSqlSafe, Connection as _, PgPool, Postgres, Row as _, TypeInfo as _,
+    ValueRef as _,
+};
+
+use super::{Driver, Param, Sql, UrlError};
+use crate::decode::{BoxError, Row, Value};
+use crate::error::{Failure, scrub};
+
+/// A `sqlx::PgPool`, as a [`Driver`].
+///
+/// A sqlx connection has no task of its own watching its socket, so a pool that does not ping
+/// before each call (`test_before_acquire(false)`, as the pools this crate builds) hands out
+/// connections the server has long closed, after a restart or a failover, one failed call
+/// each. So once a connection had to be discarded, the next checkouts ping first (as many as
+/// the pool holds connections), discarding the dead ones before any statement is sent: after a
+/// fault, calls cost a round trip more until the pool is known to be sound again; in steady
+/// state they cost nothing.
+pub(crate) struct Sqlx {
+    pool: PgPool,
+    /// How many checkouts still ping first.
+    suspect: AtomicU32,
+}
+
+impl Sqlx {
+    /// The driver over `pool`.
+    pub(crate) fn new(pool: PgPool) -> Self {
+        Sqlx {
+            pool,
+            suspect: AtomicU32::new(0),
+        }
+    }
+
+    fn suspect_everything(&self) {
+        self.suspect
+            .store(self.pool.options().get_max_connections(), Ordering::Relaxed);
+    }
+
+    /// A pool of at most `size` connections for the URL `url`, waiting at most `timeout` for a
+    /// connection (connecting included), and connecting lazily. Unless the URL sets it,
+    /// `application_name` is `tenure`. Connections are not pinged before each call (sqlx's
+    /// `test_before_acquire`): a broken one fails its call as `Unavailable` and is replaced.
+    pub(crate) fn from_url(url: &str, size: usize, timeout: Duration) -> Result<Self, UrlError> {
+        let mut options: PgConnectOptions = url
+            .parse()
+            .map_err(|e: sqlx::Error| UrlError::Url(scrub(&e.to_string(), url)))?;
+        if options.get_application_name().is_none() {
+            options = options.application_name("tenure");
+        }
+        let size = u32::try_from(size)
+            .map_err(|_| UrlError::Pool(format!("pool size {size} is too large").into()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(size)
+            .min_connections(0)
+            .acquire_timeout(timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        Ok(Sqlx::new(pool))
+    }
+}
+
+fn failure(err: sqlx::Error) -> Failure {
+    match err {
+        sqlx::Error::Database(db) => Failure::Server {
+            code: db.code().map(|c| c.into_owned()).unwrap_or_default(),
+            constraint: db.constraint().map(str::to_owned),
+            message: db.message().to_owned(),
+            source: Box::new(sqlx::Error::Database(db)),
+        },
+        sqlx::Error::PoolClosed => Failure::PoolClosed,
+        sqlx::Error::PoolTimedOut => Failure::PoolTimeout("wait".to_owned()),
+        err @ (sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Configuration(_)) => Failure::Connection(Box::new(err)),
+        other => Failure::Driver(Box::new(other)),
+    }
+}
+
+/// Binds each parameter with sqlx's own encoder for its type.
+fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Failure> {
+    let mut arguments = PgArguments::default();
+    arguments.reserve(params.len(), 0);
+    for param in params {
+        match *param {
+            Param::Text(v) => arguments.add(v),
+            Param::OptionalText(v) => arguments.add(v),
+            Param::Int8(v) => arguments.add(v),
+            Param::Bool(v) => arguments.add(v),
+            Param::Texts(v) => arguments.add(v),
+            Param::TextRefs(v) => arguments.add(v),
+            Param::Jsonbs(v) => arguments.add(v.iter().map(Json).collect::<Vec<_>>()),
+        }
+        .map_err(Failure::Driver)?;
+    }
+    Ok(arguments)
+}
+
+impl Driver for Sqlx {
+    type Connection = PoolConnection<Postgres>;
+    type Row = PgRow;
+
+    async fn checkout(&self) -> Result<PoolConnection<Postgres>, Failure> {
+        // Bounded: each failed ping discards a connection, and the pool holds so many.
+        for _ in 0..=self.pool.options().get_max_connections() {
+            let mut connection = self.pool.acquire().await.map_err(failure)?;
+            if self.suspect.load(Ordering::Relaxed) == 0 {
+                return Ok(connection);
+            }
+            match connection.ping().await {
+                Ok(()) => {
+                    let _ = self
+                        .suspect
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                    return Ok(connection);
+                }
+                Err(err) => {
+                    tracing::debug!(target: "tenure_postgres", %err, "a pooled connection is dead; discarding it");
+                    self.discard(connection);
+                }
+            }
+        }
+        Err(Failure::Connection(
+            "every pooled connection was dead, and so were the new ones".into(),
+        ))
+    }
+
+    async fn query(
+        connection: &mut PoolConnection<Postgres>,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<Vec<PgRow>, Failure> {
+        let arguments = arguments(params)?;
+        sqlx::query_with(AssertSqlSafe(Sql::clone(sql)), arguments)
+            .persistent(true)
+            .fetch_all(&mut **connection)
+            .await
+            .map_err(failure)
+    }
+
+    async fn script(connection: &mut PoolConnection<Postgres>, sql: &str) -> Result<(), Failure> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(&mut **connection)
+            .await
+            .map(|_| ())
+            .map_err(failure)
+    }
+
+    fn discard(&self, connection: PoolConnection<Postgres>) {
+        // Out of the pool (which may open another), then dropped: the socket is closed. The
+        // fault may have hit the pool's other connections too.
+        drop(connection.detach());
+        self.suspect_everything();
+    }
+
+    fn close(&self) {
+        // Marks the pool closed at once; closing its connections takes a task.
+        let pool = self.pool.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move { pool.close().await })),
+            Err(_) => drop(pool.close()),
+        }
+    }
+}
+
+impl Row for PgRow {
+    fn value(&self, idx: usize) -> Result<Value<'_>, BoxError> {
+        let value = self.try_get_raw(idx)?;
+        let oid = value.type_info().oid().map(|oid| oid.0).ok_or_else(|| {
+            format!(
+                "column {idx} has no type OID ({})",
+                value.type_info().name()
+            )
+        })?;
+        if value.is_null() {
+            return Ok(Value { oid, raw: None });
+        }
+        if value.format() != PgValueFormat::Binary {
+            return Err(format!("column {idx} came in text format").into());
+        }
+        Ok(Value {
+            oid,
+            raw: Some(value.as_bytes()?),
+        })
+    }
+}

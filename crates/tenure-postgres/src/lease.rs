@@ -1,0 +1,189 @@
+//! Leases: the SQL of each lease call, and the calls themselves, on any driver.
+//!
+//! The counterpart of `tenure_ports::lease`. Each call is one statement in autocommit: a call of
+//! a function shipped in `migrations/`, which serializes the calls on one lease with a
+//! transaction-scoped advisory lock, reads the clock after the lock, decides, and writes. Every
+//! statement is built once per storage from the validated prefix; every value travels as a
+//! bind parameter.
+
+use tenure_ports::domain::Transition;
+use tenure_ports::{
+    Contender, EventStorageError, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot, Owner,
+    sort_contenders,
+};
+
+use crate::connection::{Driver, Link, Param, Sql};
+use crate::decode;
+use crate::prefix::TablePrefix;
+
+/// The lease statements of one storage, with its prefix in place.
+pub(crate) struct LeaseStatements {
+    request: Sql,
+    release: Sql,
+    /// `request` with the clock argument (see [`Clock::At`]).
+    #[cfg(feature = "testing")]
+    request_at: Sql,
+    /// `release` with the clock argument.
+    #[cfg(feature = "testing")]
+    release_at: Sql,
+    leases: Sql,
+    contenders: Sql,
+}
+
+impl LeaseStatements {
+    pub(crate) fn new(prefix: &TablePrefix) -> Self {
+        let p = prefix.as_str();
+        LeaseStatements {
+            // Called as a scalar: one column, a `<prefix>lease_outcome_v1` (see
+            // `decode::composite`).
+            request: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
+            release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
+            #[cfg(feature = "testing")]
+            request_at: format!("SELECT {p}request_lease_v1($1, $2, $3, $4, {})", at(5)).into(),
+            #[cfg(feature = "testing")]
+            release_at: format!(
+                "SELECT o_released FROM {p}release_lease_v1($1, $2, {})",
+                at(3)
+            )
+            .into(),
+            // One statement, so that `now()` is the instant of the statement's snapshot; the
+            // outer join yields one row (with NULLs) when there is no lease at all.
+            leases: format!(
+                "SELECT now(), l.lease_name, l.owner, l.priority, l.fencing_token, \
+                        l.acquired_at, l.heartbeat_at, l.ttl_micros, l.released_at \
+                   FROM (SELECT) AS one LEFT JOIN {p}leases AS l ON true"
+            )
+            .into(),
+            // The holder's registration is the lease record itself (see the migration).
+            contenders: format!(
+                "SELECT now(), c.owner, c.priority, c.last_seen, c.ttl_micros \
+                   FROM (SELECT) AS one \
+                   LEFT JOIN (SELECT owner, priority, last_seen, ttl_micros \
+                                FROM {p}lease_contenders WHERE lease_name = $1 \
+                              UNION ALL \
+                              SELECT owner, priority, heartbeat_at, ttl_micros \
+                                FROM {p}leases WHERE lease_name = $1) AS c ON true"
+            )
+            .into(),
+        }
+    }
+}
+
+/// The functions' optional clock argument, from the bound `bigint` `$n` of microseconds since
+/// the Unix epoch (exact: the product stays below 2^53 microseconds).
+#[cfg(feature = "testing")]
+fn at(n: usize) -> String {
+    format!("timestamptz 'epoch' + ${n}::bigint * interval '1 microsecond'")
+}
+
+/// The instant a call decides at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Clock {
+    /// The database's `now()`, read after the lock: every shipped call.
+    Database,
+    /// A stand-in for the database clock, passed as the functions' optional last argument;
+    /// only with the `testing` feature, for the property test.
+    #[cfg(feature = "testing")]
+    At(tenure_ports::Timestamp),
+}
+
+/// A validated ttl (1 ms to 7 days, whole microseconds) as the `bigint` the tables keep.
+fn ttl_micros(ttl: std::time::Duration) -> Result<i64, EventStorageError> {
+    i64::try_from(ttl.as_micros())
+        .map_err(|_| EventStorageError::internal("a validated ttl does not fit in i64 micros"))
+}
+
+/// `request_lease`: one call of `<prefix>request_lease_v1`; says how the record changed.
+pub(crate) async fn request<D: Driver>(
+    link: &Link<D>,
+    statements: &LeaseStatements,
+    request: &LeaseRequest,
+    clock: Clock,
+) -> Result<(Transition, LeaseResponse), EventStorageError> {
+    let request = request.validate()?;
+    let ttl_micros = ttl_micros(request.ttl)?;
+    let (sql, at) = match clock {
+        Clock::Database => (&statements.request, None),
+        #[cfg(feature = "testing")]
+        Clock::At(at) => (&statements.request_at, Some(at.as_micros())),
+    };
+    let params = [
+        Param::Text(request.lease_name.as_str()),
+        Param::Text(request.owner.as_str()),
+        Param::Int8(request.priority),
+        Param::Int8(ttl_micros),
+        Param::Int8(at.unwrap_or_default()),
+    ];
+    let params = if at.is_some() {
+        &params[..]
+    } else {
+        &params[..4]
+    };
+    let row = link.query_one("request_lease", sql, params).await?;
+    decode::lease::response(&request.lease_name, &row)
+}
+
+/// `release_lease`: one call of `<prefix>release_lease_v1`; says whether the record was
+/// backdated.
+pub(crate) async fn release<D: Driver>(
+    link: &Link<D>,
+    statements: &LeaseStatements,
+    lease_name: &str,
+    owner: &str,
+    clock: Clock,
+) -> Result<bool, EventStorageError> {
+    let lease_name = LeaseName::new(lease_name)?;
+    let owner = Owner::new(owner)?;
+    let (sql, at) = match clock {
+        Clock::Database => (&statements.release, None),
+        #[cfg(feature = "testing")]
+        Clock::At(at) => (&statements.release_at, Some(at.as_micros())),
+    };
+    let params = [
+        Param::Text(lease_name.as_str()),
+        Param::Text(owner.as_str()),
+        Param::Int8(at.unwrap_or_default()),
+    ];
+    let params = if at.is_some() {
+        &params[..]
+    } else {
+        &params[..2]
+    };
+    let row = link.query_one("release_lease", sql, params).await?;
+    decode::lease::released(&row)
+}
+
+/// `get_leases`: one read of the leases table, with the database's `now()`.
+pub(crate) async fn leases<D: Driver>(
+    link: &Link<D>,
+    statements: &LeaseStatements,
+) -> Result<LeaseSnapshot, EventStorageError> {
+    let rows = link.query("get_leases", &statements.leases, &[]).await?;
+    decode::lease::snapshot(&rows)
+}
+
+/// `get_lease_contenders`: the live registrations of `lease_name`, judged at `clock`.
+pub(crate) async fn contenders<D: Driver>(
+    link: &Link<D>,
+    statements: &LeaseStatements,
+    lease_name: &str,
+    clock: Clock,
+) -> Result<Vec<Contender>, EventStorageError> {
+    let lease_name = LeaseName::new(lease_name)?;
+    let rows = link
+        .query(
+            "get_lease_contenders",
+            &statements.contenders,
+            &[Param::Text(lease_name.as_str())],
+        )
+        .await?;
+    let (now, all) = decode::lease::contenders(&lease_name, &rows)?;
+    let now = match clock {
+        Clock::Database => now,
+        #[cfg(feature = "testing")]
+        Clock::At(at) => at,
+    };
+    let mut live: Vec<Contender> = all.into_iter().filter(|c| c.is_live_at(now)).collect();
+    sort_contenders(&mut live);
+    Ok(live)
+}
