@@ -1,0 +1,175 @@
+//! Reading libtest's and the conformance kit's output into counts.
+
+use std::collections::BTreeMap;
+
+#[derive(Default, Debug, PartialEq)]
+pub struct Totals {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+}
+
+impl Totals {
+    /// Adds up libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; …` lines.
+    pub fn parse(output: &str) -> Totals {
+        let mut totals = Totals::default();
+        for line in output.lines() {
+            let Some(rest) = line.strip_prefix("test result: ") else {
+                continue;
+            };
+            for part in rest.split([';', '.']) {
+                let mut words = part.split_whitespace();
+                if let (Some(n), Some(what)) = (words.next(), words.next()) {
+                    let Ok(n) = n.parse::<u64>() else { continue };
+                    match what {
+                        "passed" => totals.passed += n,
+                        "failed" => totals.failed += n,
+                        "ignored" => totals.ignored += n,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        totals
+    }
+
+    pub fn add(&mut self, other: &Totals) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+}
+
+#[derive(Default, Debug)]
+pub struct TckSummary {
+    /// passed, failed, skipped per suite.
+    pub by_backend: BTreeMap<String, [u64; 3]>,
+}
+
+impl TckSummary {
+    /// Counts the kit's `tck: passed|failed|skipped <suite>::<scenario>` lines.
+    pub fn parse(output: &str) -> TckSummary {
+        let mut summary = TckSummary::default();
+        for line in output.lines() {
+            let Some(at) = line.find("tck: ") else {
+                continue;
+            };
+            let mut words = line[at + 5..].split_whitespace();
+            let (Some(verdict), Some(id)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Some((suite, _scenario)) = id.trim_end_matches(':').split_once("::") else {
+                continue;
+            };
+            let slot = match verdict {
+                "passed" => 0,
+                "failed" => 1,
+                "skipped" => 2,
+                _ => continue,
+            };
+            summary.by_backend.entry(suite.to_owned()).or_default()[slot] += 1;
+        }
+        summary
+    }
+
+    /// The same counts, the suites that `pick` chooses renamed `<suite> (<label>)`: which
+    /// server a PostgreSQL suite ran against.
+    pub fn labelled(self, pick: impl Fn(&str) -> bool, label: &str) -> TckSummary {
+        let by_backend = self
+            .by_backend
+            .into_iter()
+            .map(|(suite, counts)| {
+                if pick(&suite) {
+                    (format!("{suite} ({label})"), counts)
+                } else {
+                    (suite, counts)
+                }
+            })
+            .collect();
+        TckSummary { by_backend }
+    }
+
+    /// Adds another run's counts.
+    pub fn merge(&mut self, other: TckSummary) {
+        for (suite, counts) in other.by_backend {
+            let slot = self.by_backend.entry(suite).or_default();
+            for (total, n) in slot.iter_mut().zip(counts) {
+                *total += n;
+            }
+        }
+    }
+
+    /// The scenarios that ran in suites whose name starts with `prefix`.
+    pub fn ran(&self, prefix: &str) -> u64 {
+        self.by_backend
+            .iter()
+            .filter(|(suite, _)| suite.starts_with(prefix))
+            .map(|(_, c)| c[0] + c[1])
+            .sum()
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.by_backend.values().map(|c| c[1]).sum()
+    }
+
+    pub fn print(&self) {
+        if self.by_backend.is_empty() {
+            println!("tck: no scenario ran");
+        }
+        for (suite, [passed, failed, skipped]) in &self.by_backend {
+            println!("tck {suite}: {passed} passed, {failed} failed, {skipped} skipped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_up_libtest_lines() {
+        let out = "test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.1s\n\
+                   noise\n\
+                   test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.2s\n";
+        assert_eq!(
+            Totals::parse(out),
+            Totals {
+                passed: 5,
+                failed: 1,
+                ignored: 1
+            }
+        );
+    }
+
+    #[test]
+    fn tck_lines_are_counted_per_suite() {
+        let out = "tck: passed memory::lease_a\n\
+                   tck: passed memory::lease_b\n\
+                   tck: skipped partial::lease_a: the storage lacks the `lease` capability\n\
+                   thread 'x' panicked at src/lib.rs:1:\n\
+                   tck: failed postgres::lease_c: token: expected 1, got 2\n";
+        let summary = TckSummary::parse(out);
+        assert_eq!(summary.by_backend["memory"], [2, 0, 0]);
+        assert_eq!(summary.by_backend["partial"], [0, 0, 1]);
+        assert_eq!(summary.by_backend["postgres"], [0, 1, 0]);
+        assert_eq!(summary.failed(), 1);
+    }
+
+    #[test]
+    fn postgres_suites_are_labelled_by_server_and_runs_add_up() {
+        let local = TckSummary::parse("tck: passed postgres::a\ntck: passed memory::a\n")
+            .labelled(|s| s.starts_with("postgres"), "local server");
+        let mut all = TckSummary::parse("tck: passed postgres::a\ntck: failed postgres::b\n")
+            .labelled(|s| s.starts_with("postgres"), "container, PostgreSQL 17");
+        all.merge(local);
+        assert_eq!(all.by_backend["postgres (local server)"], [1, 0, 0]);
+        assert_eq!(
+            all.by_backend["postgres (container, PostgreSQL 17)"],
+            [1, 1, 0]
+        );
+        assert_eq!(all.by_backend["memory"], [1, 0, 0]);
+        assert_eq!(all.ran("postgres (container"), 2);
+        assert_eq!(all.ran("postgres (container, PostgreSQL 15)"), 0);
+        assert_eq!(all.failed(), 1);
+    }
+}
