@@ -302,6 +302,9 @@ fn run_tck(backend: &Backend, plan: &Plan) -> Result<(bool, Totals, TckSummary),
         cargo::command(&all)
     };
     let run = cargo::tee(command)?;
+    if uses_postgres(backend.name) {
+        postgres::sweep(plan)?;
+    }
     let summary = TckSummary::parse(&run.output).labelled(uses_postgres, &plan.label());
     Ok((run.success, Totals::parse(&run.output), summary))
 }

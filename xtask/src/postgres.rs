@@ -14,7 +14,8 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cargo;
 
@@ -160,6 +161,7 @@ impl Plan {
                     .env("TENURE_PG_SOURCE", "container")
                     .env("TENURE_PG_IMAGE", image)
                     .env("TENURE_PG_VERSION", version.to_string())
+                    .env("TENURE_PG_RUN", run_id())
                     .env("CARGO_TARGET_DIR", containers_target_dir());
             }
         }
@@ -197,6 +199,79 @@ impl Plan {
             )),
         }
     }
+}
+
+/// After a container run: no container of this run may be left (each test process's watcher
+/// removes its own when the process ends). Leftovers are removed, and are an error.
+pub fn sweep(plan: &Plan) -> Result<(), String> {
+    if !matches!(plan.server, Server::Container { .. }) {
+        return Ok(());
+    }
+    let socket = probe(env::var("DOCKER_HOST").ok().as_deref())?;
+    let filter = format!("{{\"label\":[\"{RUN_LABEL}={}\"]}}", run_id());
+    let path = format!("/containers/json?all=1&filters={}", percent_encode(&filter));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = request(&socket, "GET", &path)?;
+        if status != 200 {
+            return Err(format!(
+                "listing the containers of this run: status {status}"
+            ));
+        }
+        let left = container_ids(&body);
+        if left.is_empty() {
+            println!("xtask: no container of this run is left on the engine");
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            for id in &left {
+                let _ = request(&socket, "DELETE", &format!("/containers/{id}?force=1&v=1"));
+            }
+            return Err(format!(
+                "{} container(s) outlived their test process and were removed now: {}",
+                left.len(),
+                left.join(", ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The label tenure-pg-test puts on the containers of one xtask run (`TENURE_PG_RUN`).
+const RUN_LABEL: &str = "org.tenure.pg-test.run";
+
+/// This xtask run's identity, for `TENURE_PG_RUN`.
+fn run_id() -> String {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        format!("xtask-{}-{since}", std::process::id())
+    })
+    .clone()
+}
+
+/// The `"Id"` values of the engine's container list (a JSON array of objects).
+fn container_ids(body: &str) -> Vec<String> {
+    body.split("\"Id\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The target directory of the container builds.
@@ -259,27 +334,29 @@ pub fn probe(docker_host: Option<&str>) -> Result<String, String> {
 
 /// The status code of `GET path` on the engine at `socket`.
 fn get(socket: &str, path: &str) -> Result<u16, String> {
+    request(socket, "GET", path).map(|(status, _)| status)
+}
+
+/// One HTTP/1.0 request to the engine at `socket` (which then closes the connection): its
+/// status code and body.
+fn request(socket: &str, method: &str, path: &str) -> Result<(u16, String), String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| format!("{socket}: {e}"))?;
     let timeout = Some(Duration::from_secs(5));
+    let mut response = Vec::new();
     stream
         .set_read_timeout(timeout)
         .and_then(|()| stream.set_write_timeout(timeout))
-        .and_then(|()| write!(stream, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n"))
+        .and_then(|()| write!(stream, "{method} {path} HTTP/1.0\r\nHost: docker\r\n\r\n"))
+        .and_then(|()| stream.take(1 << 20).read_to_end(&mut response))
         .map_err(|e| format!("{socket}: {e}"))?;
-    let mut head = [0u8; 64];
-    let mut len = 0;
-    while len < head.len() {
-        match stream.read(&mut head[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) => return Err(format!("{socket}: {e}")),
-        }
-    }
-    let head = String::from_utf8_lossy(&head[..len]);
-    head.strip_prefix("HTTP/1.")
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .strip_prefix("HTTP/1.")
         .and_then(|rest| rest.split_whitespace().nth(1))
         .and_then(|code| code.parse::<u16>().ok())
-        .ok_or_else(|| format!("{socket} does not answer HTTP"))
+        .ok_or_else(|| format!("{socket} does not answer HTTP"))?;
+    Ok((status, body.to_owned()))
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
@@ -418,6 +495,18 @@ mod tests {
         assert_eq!(plan.server, Server::Url("postgres://u:pw@db/x".into()));
         assert!(!plan.said.contains("pw"), "{}", plan.said);
         assert_eq!(plan.label(), "TENURE_PG_URL, PostgreSQL 17");
+    }
+
+    #[test]
+    fn container_lists_are_read_for_their_ids() {
+        let body =
+            r#"[{"Id":"8dfafdbc3a40","Names":["/x"],"Labels":{"a":"\"Id\":\"zz"}},{"Id":"1f2e"}]"#;
+        assert_eq!(container_ids(body), ["8dfafdbc3a40", "1f2e"]);
+        assert!(container_ids("[]").is_empty());
+        assert_eq!(
+            percent_encode(r#"{"label":["a=b"]}"#),
+            "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D"
+        );
     }
 
     #[test]

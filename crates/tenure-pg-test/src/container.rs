@@ -35,6 +35,9 @@ pub(crate) const ENABLED: bool = true;
 /// (`<host>/<boot id>/<pid>`).
 pub const OWNER_LABEL: &str = "org.tenure.pg-test.owner";
 
+/// The label naming the `cargo xtask` run a container belongs to (`TENURE_PG_RUN`).
+pub const RUN_LABEL: &str = "org.tenure.pg-test.run";
+
 /// Removes the container named by `$1` once standard input ends (when the test process that
 /// holds the other end exits, whatever the way). It ignores the signals a terminal sends to
 /// the whole process group, so that Ctrl-C on a test run still removes the container.
@@ -101,6 +104,7 @@ async fn launch(settings: &Settings) -> Result<Running, String> {
         .with_name(settings.image.clone())
         .with_tag(settings.tag())
         .with_label(OWNER_LABEL, owner)
+        .with_label(RUN_LABEL, settings.run.clone().unwrap_or_default())
         .with_startup_timeout(std::time::Duration::from_secs(120))
         .with_host_config_modifier(publish_on_loopback)
         .start()

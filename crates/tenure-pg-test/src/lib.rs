@@ -36,7 +36,7 @@ pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};
 pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source};
 
 #[cfg(feature = "docker")]
-pub use container::OWNER_LABEL;
+pub use container::{OWNER_LABEL, RUN_LABEL};
 
 use std::collections::hash_map::RandomState;
 use std::future::Future;

@@ -210,6 +210,7 @@ mod tests {
             source: Source::Local,
             version: None,
             image: "no-such-image".to_owned(),
+            run: None,
         };
         let server = find(&settings).unwrap();
         assert_eq!(server.origin, Origin::Local);
@@ -224,6 +225,7 @@ mod tests {
             source: Source::Local,
             version: None,
             image: "unused".to_owned(),
+            run: None,
         })
         .unwrap();
         let major: u32 = local.version.split('.').next().unwrap().parse().unwrap();
@@ -232,6 +234,7 @@ mod tests {
             source: Source::Auto,
             version: Some(major + 1),
             image: "unused".to_owned(),
+            run: None,
         })
         .unwrap_err();
         assert!(
@@ -248,6 +251,7 @@ mod tests {
             source: Source::Container,
             version: None,
             image: "no-such-image".to_owned(),
+            run: None,
         })
         .unwrap();
         assert_eq!(server.origin, Origin::Environment);

@@ -32,6 +32,9 @@ pub struct Settings {
     pub version: Option<u32>,
     /// `TENURE_PG_IMAGE`: the image name of containers, without its tag.
     pub image: String,
+    /// `TENURE_PG_RUN`: the run (of `cargo xtask`) that containers are labelled with, so
+    /// that it can check that none is left at its end.
+    pub run: Option<String>,
 }
 
 impl Settings {
@@ -79,6 +82,7 @@ impl Settings {
             source,
             version,
             image,
+            run: var("TENURE_PG_RUN"),
         })
     }
 
