@@ -7,11 +7,11 @@
 #   images/postgres/build.sh 15    # Debian 12 (bookworm), PostgreSQL 15 → tenure-postgres:15
 #   images/postgres/build.sh 17    # Debian 13 (trixie),   PostgreSQL 17 → tenure-postgres:17
 #
-# Idempotent: a tag built from this very recipe is left as it is; one built from an older
-# recipe is replaced. Needs
-# root, debootstrap, and a Docker engine. Environment: TENURE_PG_IMAGE (the image's name,
-# default tenure-postgres), DEBIAN_MIRROR (default: the first Debian URI in apt's sources).
-# `cargo xtask pg-image` runs this script.
+# Idempotent: a tag built from this very recipe (its digest is in the image's environment) is
+# left as it is; one built from an older recipe is replaced. Needs root, debootstrap, a Docker
+# engine and the Debian mirror. Environment: DEBIAN_MIRROR (default: the first Debian URI in
+# apt's sources).
+# `cargo xtask pg-image` runs this script; docs/testing.md tells its caveats.
 set -euo pipefail
 
 version="${1:?usage: build.sh 15|17}"
@@ -20,7 +20,7 @@ case "$version" in
   17) suite=trixie ;;
   *) echo "build.sh: no recipe for PostgreSQL $version (known: 15, 17)" >&2; exit 2 ;;
 esac
-tag="${TENURE_PG_IMAGE:-tenure-postgres}:$version"
+tag="tenure-postgres:$version"
 here="$(cd "$(dirname "$0")" && pwd)"
 
 # The image carries the digest of its recipe: a tag built from another recipe is rebuilt.
@@ -30,6 +30,8 @@ if docker image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$t
   echo "pg-image: $tag is already built (recipe $recipe)"
   exit 0
 fi
+# The image this build replaces, removed once the new one has its tag.
+previous="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
 for tool in debootstrap docker chroot tar; do
   command -v "$tool" >/dev/null || { echo "pg-image: $tool is missing" >&2; exit 1; }
 done
@@ -92,4 +94,7 @@ tar --numeric-owner -C "$root" -c . | docker import \
   --change 'ENV LANG=C.UTF-8' \
   --change "ENV TENURE_PG_RECIPE=$recipe" \
   - "$tag" >/dev/null
+if [ -n "$previous" ]; then
+  docker rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "pg-image: built $tag in $((SECONDS - started)) s"
