@@ -102,6 +102,11 @@ impl Plan {
         }
     }
 
+    /// A container of `version`, on the engine at `socket`, whatever `TENURE_PG_URL` says.
+    pub fn container(socket: &str, version: u32) -> Plan {
+        Plan::from_facts(None, Ok(socket.to_owned()), image(), Some(version))
+    }
+
     /// The plan for the main suite: `TENURE_PG_URL`, else the local server (containers are for
     /// the conformance kit's runs, one per version).
     pub fn main_suite() -> Plan {
