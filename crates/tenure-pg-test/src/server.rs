@@ -150,6 +150,13 @@ fn auto(settings: &Settings) -> Result<(String, Origin), String> {
         }
     }
     if let Some(url) = local() {
+        if !docker_note.is_empty() {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "tenure-pg-test: no container{docker_note}; using the local server"
+            );
+        }
         return Ok((url, Origin::Local));
     }
     Err(format!(
