@@ -156,6 +156,12 @@ impl<'a> Options<'a> {
 }
 
 fn test(require_containers: bool) -> Result<(), String> {
+    let engine = postgres::probe(env::var("DOCKER_HOST").ok().as_deref());
+    if let (Err(why), true) = (&engine, require_containers) {
+        return Err(format!(
+            "--require-containers, but no Docker engine answers ({why})"
+        ));
+    }
     step("cargo fmt --check");
     cargo::run(&["fmt", "--all", "--", "--check"])?;
     step("cargo clippy --workspace --all-targets -- -D warnings");
@@ -167,7 +173,6 @@ fn test(require_containers: bool) -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
-    let engine = postgres::probe(env::var("DOCKER_HOST").ok().as_deref());
     if engine.is_ok() {
         step("cargo clippy -p tenure-pg-test --features docker (target/containers)");
         let mut clippy = cargo::command(&[
@@ -213,11 +218,6 @@ fn test(require_containers: bool) -> Result<(), String> {
                     tck.merge(summary);
                 }
             }
-        }
-        Err(why) if require_containers => {
-            return Err(format!(
-                "--require-containers, but no Docker engine answers ({why})"
-            ));
         }
         Err(why) => println!(
             "\nxtask: no Docker engine answers ({why}): the conformance kit does not run in \

@@ -99,11 +99,13 @@ impl TckSummary {
         }
     }
 
-    /// The scenarios that ran in suites whose name starts with `prefix`.
-    pub fn ran(&self, prefix: &str) -> u64 {
+    /// The scenarios that ran (passed or failed) in suite `suite`, under any label of it
+    /// (`postgres` counts `postgres (local server)` too, not `postgres-sqlx`).
+    pub fn ran(&self, suite: &str) -> u64 {
+        let labelled = format!("{suite} (");
         self.by_backend
             .iter()
-            .filter(|(suite, _)| suite.starts_with(prefix))
+            .filter(|(name, _)| *name == suite || name.starts_with(&labelled))
             .map(|(_, c)| c[0] + c[1])
             .sum()
     }
@@ -157,8 +159,10 @@ mod tests {
 
     #[test]
     fn postgres_suites_are_labelled_by_server_and_runs_add_up() {
-        let local = TckSummary::parse("tck: passed postgres::a\ntck: passed memory::a\n")
-            .labelled(|s| s.starts_with("postgres"), "local server");
+        let local = TckSummary::parse(
+            "tck: passed postgres::a\ntck: passed memory::a\ntck: passed postgres-sqlx::a\n",
+        )
+        .labelled(|s| s.starts_with("postgres"), "local server");
         let mut all = TckSummary::parse("tck: passed postgres::a\ntck: failed postgres::b\n")
             .labelled(|s| s.starts_with("postgres"), "container, PostgreSQL 17");
         all.merge(local);
@@ -168,8 +172,10 @@ mod tests {
             [1, 1, 0]
         );
         assert_eq!(all.by_backend["memory"], [1, 0, 0]);
-        assert_eq!(all.ran("postgres (container"), 2);
+        assert_eq!(all.ran("postgres (container, PostgreSQL 17)"), 2);
         assert_eq!(all.ran("postgres (container, PostgreSQL 15)"), 0);
+        assert_eq!(all.ran("postgres"), 3);
+        assert_eq!(all.ran("postgres-sqlx (local server)"), 1);
         assert_eq!(all.failed(), 1);
     }
 }
