@@ -115,8 +115,8 @@ impl Plan {
             plan = Plan {
                 server: Server::Local,
                 version: None,
-                said: "the full suite uses the local server on 127.0.0.1:5432 (set \
-                       TENURE_PG_URL for another); the conformance kit then runs in containers"
+                said: "the PostgreSQL tests of this step use the local server on \
+                       127.0.0.1:5432 (set TENURE_PG_URL for another)"
                     .to_owned(),
             };
         }
