@@ -225,31 +225,26 @@ fn read_trimmed(path: &str) -> String {
 
 /// Starts the watcher that removes container `id` when this process ends.
 fn watch(id: &str) -> Option<Child> {
-    let spawned = Command::new("sh")
+    if !docker_client_present() {
+        eprintln!(
+            "tenure-pg-test: no `docker` client on PATH: container {id} stays after this \
+             process, until the next run removes it"
+        );
+        return None;
+    }
+    Command::new("sh")
         .args(["-c", WATCHER, "tenure-pg-test-watcher", id])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn();
-    match spawned {
-        Ok(child) if docker_client_present() => Some(child),
-        Ok(mut child) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!(
-                "tenure-pg-test: no `docker` client on PATH: container {id} stays after this \
-                 process, until the next run removes it"
-            );
-            None
-        }
-        Err(err) => {
+        .spawn()
+        .inspect_err(|err| {
             eprintln!(
                 "tenure-pg-test: cannot start the watcher of container {id} ({err}): it stays \
                  after this process, until the next run removes it"
             );
-            None
-        }
-    }
+        })
+        .ok()
 }
 
 fn docker_client_present() -> bool {
