@@ -8,227 +8,51 @@
 //!    `/var/run/docker.sock`);
 //! 3. a local server on `127.0.0.1:5432` (user `postgres`, database `postgres`) if one answers;
 //!
-//! and otherwise fails, with a message naming those three ways. It prints once, to stderr,
-//! which one it uses (passwords redacted).
+//! and otherwise fails, with a message naming those three ways. `TENURE_PG_SOURCE=container`
+//! or `local` (what `cargo xtask` sets) allows only the one way it names, `TENURE_PG_VERSION`
+//! picks the container's PostgreSQL version and makes any other version an error, and
+//! `TENURE_PG_IMAGE` names the container's image ([`Settings`]). It prints once, to stderr,
+//! which server it uses and its version (passwords redacted). `docs/testing.md` tells the
+//! whole story, the local image recipe included.
 //!
 //! Each test then works under its own table prefix ([`unique_prefix`]) and removes what it
 //! created with a [`PrefixGuard`], also when it fails (the guard cleans up in `Drop`).
 //!
 //! The `docker` feature is off by default because it brings about 190 crates into every test
-//! build; CI and developers point `TENURE_PG_URL` at a server or run one locally.
+//! build; `cargo xtask` turns it on, in a target directory of its own, for the runs it makes
+//! in containers.
 
 #![deny(missing_docs)]
 
 pub mod cluster;
+#[cfg(feature = "docker")]
+mod container;
 mod database;
+mod server;
+mod settings;
 
 pub use database::{TempDatabase, with_database};
+pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};
+pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source};
+
+#[cfg(feature = "docker")]
+pub use container::{OWNER_LABEL, RUN_LABEL};
 
 use std::collections::hash_map::RandomState;
+use std::future::Future;
 use std::hash::BuildHasher;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 
-/// The connection string used for a local server.
-pub const LOCAL_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// Where the server of this test run comes from.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Origin {
-    /// `TENURE_PG_URL`.
-    Environment,
-    /// A container started for this process through testcontainers.
-    Container,
-    /// The local server on `127.0.0.1:5432`.
-    Local,
-}
-
-/// A PostgreSQL server to test against.
-#[derive(Clone, Debug)]
-pub struct Server {
-    /// Its connection string (it may carry a password: print [`Server::redacted_url`]).
-    pub url: String,
-    /// Where it comes from.
-    pub origin: Origin,
-}
-
-impl Server {
-    /// The connection string with its password, if any, replaced by `***`.
-    pub fn redacted_url(&self) -> String {
-        redact(&self.url)
-    }
-
-    /// A new connection, driven on the current tokio runtime.
-    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        connect(&self.url).await
-    }
-}
-
-/// The server for this test run, for tests and benchmarks that need one: they fail, never
-/// skip, without PostgreSQL.
-///
-/// # Panics
-///
-/// When no server can be found, with the message of [`server`], which names the three ways to
-/// provide one.
-pub fn required_server() -> &'static Server {
-    match server() {
-        Ok(server) => server,
-        Err(message) => panic!("{message}"),
-    }
-}
-
-/// The server for this test run, found once per process (see the crate documentation).
-pub fn server() -> Result<&'static Server, String> {
-    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
-    SERVER
-        .get_or_init(|| {
-            let found = find();
-            match &found {
-                Ok(server) => eprintln!(
-                    "tenure-pg-test: using PostgreSQL from {} ({})",
-                    match server.origin {
-                        Origin::Environment => "TENURE_PG_URL",
-                        Origin::Container => "a testcontainers container",
-                        Origin::Local => "the local server on 127.0.0.1:5432",
-                    },
-                    server.redacted_url()
-                ),
-                Err(message) => eprintln!("tenure-pg-test: {message}"),
-            }
-            found
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-fn find() -> Result<Server, String> {
-    if let Ok(url) = std::env::var("TENURE_PG_URL")
-        && !url.trim().is_empty()
-    {
-        return Ok(Server {
-            url,
-            origin: Origin::Environment,
-        });
-    }
-    let docker = docker_socket();
-    let mut docker_note = String::new();
-    if let Some(socket) = &docker {
-        match container::start() {
-            Ok(Some(url)) => {
-                return Ok(Server {
-                    url,
-                    origin: Origin::Container,
-                });
-            }
-            Ok(None) => {
-                docker_note = format!(
-                    " (a Docker engine answers on {socket}, but this build lacks the `docker` \
-                     feature of tenure-pg-test)"
-                );
-            }
-            Err(err) => docker_note = format!(" (starting a container failed: {err})"),
-        }
-    }
-    let local: SocketAddr = ([127, 0, 0, 1], 5432).into();
-    if TcpStream::connect_timeout(&local, Duration::from_secs(1)).is_ok() {
-        return Ok(Server {
-            url: LOCAL_URL.to_owned(),
-            origin: Origin::Local,
-        });
-    }
-    Err(format!(
-        "no PostgreSQL server to test against. Set TENURE_PG_URL to a server's URL; or build \
-         with `--features tenure-pg-test/docker` on a machine where a Docker engine answers{}; \
-         or start a local server on 127.0.0.1:5432 with user postgres (on Debian: \
-         pg_ctlcluster <version> main start)",
-        if docker.is_none() {
-            " (none does here)".to_owned()
-        } else {
-            docker_note
-        }
-    ))
-}
-
-/// The Docker engine's socket, if something answers on it.
-fn docker_socket() -> Option<String> {
-    let path = match std::env::var("DOCKER_HOST") {
-        Ok(host) => host.strip_prefix("unix://")?.to_owned(),
-        Err(_) => "/var/run/docker.sock".to_owned(),
-    };
-    std::os::unix::net::UnixStream::connect(&path)
-        .ok()
-        .map(|_| path)
-}
-
-#[cfg(feature = "docker")]
-mod container {
-    use testcontainers_modules::postgres::Postgres;
-    use testcontainers_modules::testcontainers::ImageExt;
-    use testcontainers_modules::testcontainers::runners::AsyncRunner;
-
-    /// A current PostgreSQL image (the module's default tag is far older).
-    const TAG: &str = "17-alpine";
-
-    /// Starts a container on a thread that keeps it (and the runtime it needs) alive for the
-    /// rest of the process; testcontainers' reaper removes it after the process ends.
-    pub(crate) fn start() -> Result<Option<String>, String> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    let _ = tx.send(Err(err.to_string()));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let started = async {
-                    let container = Postgres::default()
-                        .with_tag(TAG)
-                        .start()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let host = container.get_host().await.map_err(|e| e.to_string())?;
-                    let port = container
-                        .get_host_port_ipv4(5432)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    Ok::<_, String>((
-                        container,
-                        format!("postgres://postgres:postgres@{host}:{port}/postgres"),
-                    ))
-                };
-                match started.await {
-                    Ok((container, url)) => {
-                        let _ = tx.send(Ok(url));
-                        std::future::pending::<()>().await;
-                        drop(container);
-                    }
-                    Err(err) => {
-                        let _ = tx.send(Err(err));
-                    }
-                }
-            });
-        });
-        rx.recv()
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map(Some)
-    }
-}
-
 #[cfg(not(feature = "docker"))]
 mod container {
-    pub(crate) fn start() -> Result<Option<String>, String> {
-        Ok(None)
+    pub(crate) const ENABLED: bool = false;
+
+    pub(crate) fn start(_: &crate::Settings) -> Result<String, String> {
+        Err("this build lacks the `docker` feature of tenure-pg-test \
+             (`--features tenure-pg-test/docker`)"
+            .to_owned())
     }
 }
 
@@ -322,23 +146,15 @@ impl PrefixGuard {
 impl Drop for PrefixGuard {
     fn drop(&mut self) {
         let (url, prefix) = (self.url.clone(), self.prefix.clone());
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            runtime.block_on(async {
-                let client = connect(&url).await.map_err(|e| e.to_string())?;
-                drop_prefix(&client, &prefix).await
-            })
+        let cleanup = run_detached(move || async move {
+            let client = connect(&url).await.map_err(|e| e.to_string())?;
+            drop_prefix(&client, &prefix).await
         });
-        match cleanup.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => eprintln!(
+        if let Err(err) = cleanup {
+            eprintln!(
                 "tenure-pg-test: could not drop prefix {}: {err}",
                 self.prefix
-            ),
-            Err(_) => eprintln!("tenure-pg-test: cleanup of prefix {} panicked", self.prefix),
+            );
         }
     }
 }
@@ -388,18 +204,28 @@ pub fn serialized(sql: &str) -> String {
 /// outside a runtime), for cleanups such as dropping a role.
 pub fn execute_detached(url: &str, sql: &str) -> Result<(), String> {
     let (url, sql) = (url.to_owned(), sql.to_owned());
+    run_detached(move || async move {
+        let client = connect(&url).await.map_err(|e| e.to_string())?;
+        client.batch_execute(&sql).await.map_err(|e| e.to_string())
+    })
+}
+
+/// Runs the future `make` returns to completion on a thread and runtime of its own, so that it
+/// works inside or outside a runtime (in `Drop`, before the first test's runtime exists).
+fn run_detached<T, F>(make: impl FnOnce() -> F + Send + 'static) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, String>>,
+{
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
-        runtime.block_on(async {
-            let client = connect(&url).await.map_err(|e| e.to_string())?;
-            client.batch_execute(&sql).await.map_err(|e| e.to_string())
-        })
+        runtime.block_on(make())
     })
     .join()
-    .map_err(|_| "the cleanup thread panicked".to_owned())?
+    .map_err(|_| "the thread of a detached call panicked".to_owned())?
 }
 
 /// `url` with the password of a `scheme://user:password@host` URL replaced by `***`.
