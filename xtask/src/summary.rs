@@ -115,14 +115,14 @@ impl TckSummary {
         }
     }
 
-    /// The scenarios that ran (passed or failed) in suite `suite`, under any label of it
+    /// The scenarios reported (passed, failed or skipped) in suite `suite`, under any label of it
     /// (`postgres` counts `postgres (local server)` too, not `postgres-sqlx`).
     pub fn ran(&self, suite: &str) -> u64 {
         let labelled = format!("{suite} (");
         self.by_backend
             .iter()
             .filter(|(name, _)| *name == suite || name.starts_with(&labelled))
-            .map(|(_, c)| c[0] + c[1])
+            .map(|(_, c)| c[0] + c[1] + c[2])
             .sum()
     }
 
@@ -191,6 +191,12 @@ mod tests {
         assert_eq!(all.ran("postgres (container, PostgreSQL 15)"), 0);
         assert_eq!(all.ran("postgres"), 3);
         assert_eq!(all.ran("postgres-sqlx (local server)"), 1);
+        let skipped = TckSummary::parse("tck: skipped partial::a: lacks `events`\n");
+        assert_eq!(
+            skipped.ran("partial"),
+            1,
+            "a backend whose scenarios all skip did run"
+        );
         assert_eq!(all.failed(), 1);
     }
 }
