@@ -342,6 +342,22 @@ impl LeasesJson {
     }
 }
 
+/// `text` with control and bidirectional-control characters shown as `\u{…}` escapes, so
+/// that a lease name or an owner id cannot rewrite or reorder the terminal's output.
+fn printable(text: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -383,20 +399,4 @@ mod tests {
         assert_eq!(short(Duration::from_secs(312)), "5m12s");
         assert_eq!(short(Duration::from_secs(7_380)), "2h03m");
     }
-}
-
-/// `text` with control and bidirectional-control characters shown as `\u{…}` escapes, so
-/// that a lease name or an owner id cannot rewrite or reorder the terminal's output.
-fn printable(text: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
