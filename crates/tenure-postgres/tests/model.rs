@@ -1,260 +1,168 @@
 //! The SQL functions decide exactly what the domain's state machine decides.
 //!
 //! The lease decision of this backend is computed in PL/pgSQL (one round trip per call). This
-//! property test is what allows that: random sequences of requests, releases and clock steps by
-//! several owners on one lease run both through `tenure_ports::domain::decide_request` /
-//! `decide_release` (on a model of the two tables) and through the real functions on a real
-//! server, with the same `now`; every response, every transition, and after every step the
-//! lease record, the live registrations and the contenders listing must be equal, and every
-//! stored registration must be one the domain keeps too (the storage keeps the holder's
-//! registration in the lease record, not in a row of its own).
+//! test is what allows that: the conformance kit's differential check
+//! (`tenure_tck::differential`, the same generator and comparison the domain's own model test
+//! uses) plays its cases against the real functions on a real server, with the `now` it
+//! chooses, on both drivers; every answer, every transition and, after every step, the lease
+//! record, the live registrations and every stored registration must agree with the domain.
+//!
+//! The check must be able to fail: the negative control installs a function with an
+//! off-by-one at expiry (a holder may still renew at the exact microsecond its lease expires)
+//! and requires the check to catch it with a small case.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use tenure_ports::domain::{self, RecordWrite};
-use tenure_ports::{Contender, Lease, LeaseName, LeaseRequest, Owner, Timestamp};
+use tenure_ports::domain::{LeaseName, Owner, Timestamp, ValidLeaseRequest};
+use tenure_ports::{BoxError, Contender, FencingToken, Lease, LeaseRequest};
 use tenure_postgres::{PostgresDriver, PostgresEventStorage};
+use tenure_tck::differential::{self, Decided, DecisionSystem, Observed};
 
-const OWNERS: [&str; 4] = ["a", "b", "c", "d"];
-
-#[derive(Clone, Debug)]
-enum Op {
-    Request {
-        owner: usize,
-        priority: i64,
-        ttl_ms: u64,
-    },
-    Release {
-        owner: usize,
-    },
-    Advance {
-        micros: i64,
-    },
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        5 => (0..OWNERS.len(), -1i64..=2, prop_oneof![Just(1u64), Just(10), Just(50), Just(100)])
-            .prop_map(|(owner, priority, ttl_ms)| Op::Request { owner, priority, ttl_ms }),
-        1 => (0..OWNERS.len()).prop_map(|owner| Op::Release { owner }),
-        3 => prop_oneof![
-            (0i64..120).prop_map(|ms| ms * 1000),
-            Just(1i64),
-            Just(999),
-        ]
-        .prop_map(|micros| Op::Advance { micros }),
-    ]
-}
-
-/// The two tables of one lease, as the domain sees them.
-#[derive(Default)]
-struct Model {
-    record: Option<Lease>,
-    contenders: Vec<Contender>,
-}
-
-struct Harness {
+/// The real functions on one prefix, called with the check's `now`.
+struct Sql {
     runtime: tokio::runtime::Runtime,
     storage: PostgresEventStorage,
     admin: tokio_postgres::Client,
     prefix: String,
 }
 
-impl Harness {
-    /// Reads what the server stores for `lease`: the record, every registration, and the
-    /// record's `has_contenders` flag.
-    fn stored(&self, lease: &str) -> (Option<Lease>, Vec<Contender>, Option<bool>) {
-        self.runtime.block_on(async {
-            let name = LeaseName::new(lease).unwrap();
-            let p = &self.prefix;
-            let record = self
-                .admin
-                .query_opt(
-                    &format!(
-                        "SELECT owner, priority, fencing_token, acquired_at, heartbeat_at, \
-                                ttl_micros, has_contenders, released_at \
-                           FROM {p}leases WHERE lease_name = $1"
-                    ),
-                    &[&lease],
-                )
-                .await
-                .unwrap();
-            let flag = record.as_ref().map(|row| row.get::<_, bool>(6));
-            let record = record.map(|row| Lease {
-                lease_name: name.clone(),
-                owner: Owner::new(row.get::<_, String>(0)).unwrap(),
-                priority: row.get(1),
-                fencing_token: tenure_ports::FencingToken::new(
-                    u64::try_from(row.get::<_, i64>(2)).unwrap(),
-                )
-                .unwrap(),
-                acquired_at: Timestamp::from_system_time(row.get(3)).unwrap(),
-                heartbeat_at: Timestamp::from_system_time(row.get(4)).unwrap(),
-                ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(5)).unwrap()),
-                released_at: row
-                    .get::<_, Option<std::time::SystemTime>>(7)
-                    .map(|at| Timestamp::from_system_time(at).unwrap()),
-            });
-            let contenders = self
-                .admin
-                .query(
-                    &format!(
-                        "SELECT owner, priority, last_seen, ttl_micros FROM {p}lease_contenders \
-                          WHERE lease_name = $1 ORDER BY owner"
-                    ),
-                    &[&lease],
-                )
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|row| Contender {
-                    lease_name: name.clone(),
-                    owner: Owner::new(row.get::<_, String>(0)).unwrap(),
-                    priority: row.get(1),
-                    last_seen: Timestamp::from_system_time(row.get(2)).unwrap(),
-                    ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(3)).unwrap()),
-                })
-                .collect();
-            (record, contenders, flag)
-        })
+impl Sql {
+    fn new(driver: PostgresDriver) -> (Sql, tenure_pg_test::PrefixGuard) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (storage, guard) = runtime.block_on(support::fresh_storage(driver));
+        let admin = runtime.block_on(support::admin());
+        let sql = Sql {
+            runtime,
+            storage,
+            admin,
+            prefix: guard.prefix().to_owned(),
+        };
+        (sql, guard)
     }
 
-    fn run(&self, lease: &str, ops: &[Op]) -> Result<(), TestCaseError> {
-        let mut model = Model::default();
-        // 2026-01-01T00:00:00Z, then moved only by the ops.
-        let mut now = Timestamp::from_micros(1_767_225_600_000_000);
-        for (step, op) in ops.iter().enumerate() {
-            match *op {
-                Op::Advance { micros } => {
-                    now = Timestamp::from_micros(now.as_micros() + micros);
-                    continue;
-                }
-                Op::Request {
-                    owner,
-                    priority,
-                    ttl_ms,
-                } => {
-                    let request = LeaseRequest::new(
-                        lease,
-                        OWNERS[owner],
-                        priority,
-                        Duration::from_millis(ttl_ms),
-                    );
-                    let valid = request.validate().unwrap();
-                    let expected = domain::decide_request(
-                        model.record.as_ref(),
-                        &model.contenders,
-                        &valid,
-                        now,
-                    )
-                    .unwrap();
-                    let (transition, response) = self
-                        .runtime
-                        .block_on(self.storage.request_lease_at(&request, now))
-                        .unwrap();
-                    prop_assert_eq!(transition, expected.transition, "step {}: {:?}", step, op);
-                    prop_assert_eq!(&response, &expected.response, "step {}: {:?}", step, op);
-                    if expected.transition.record_write() != RecordWrite::None {
-                        model.record = Some(expected.response.lease.clone());
-                    }
-                    model
-                        .contenders
-                        .retain(|c| !expected.pruned.contains(&c.owner) && c.owner != valid.owner);
-                    model.contenders.push(expected.contender);
-                }
-                Op::Release { owner } => {
-                    let name = LeaseName::new(lease).unwrap();
-                    let who = Owner::new(OWNERS[owner]).unwrap();
-                    let expected =
-                        domain::decide_release(model.record.as_ref(), &name, &who, now).unwrap();
-                    let released = self
-                        .runtime
-                        .block_on(self.storage.release_lease_at(lease, OWNERS[owner], now))
-                        .unwrap();
-                    prop_assert_eq!(
-                        released,
-                        expected.updated.is_some(),
-                        "step {}: {:?}",
-                        step,
-                        op
-                    );
-                    if let Some(updated) = expected.updated {
-                        model.record = Some(updated);
-                    }
-                    model.contenders.retain(|c| c.owner != expected.withdrawn);
-                }
-            }
-            model.contenders.sort_by(|a, b| a.owner.cmp(&b.owner));
-            let (record, rows, has_contenders) = self.stored(lease);
-            // The renewal's shortcut: a record that says it has no registrations has none.
-            prop_assert!(
-                has_contenders != Some(false) || rows.is_empty(),
-                "has_contenders is false with rows {:?} after step {}: {:?}",
-                rows,
-                step,
-                op
-            );
-            prop_assert_eq!(
-                &record,
-                &model.record,
-                "record after step {}: {:?}",
-                step,
-                op
-            );
-            // The storage keeps the holder's registration in the record rather than in a row
-            // of its own. Every row it keeps is one the domain keeps (so it is as bounded) ...
-            for row in &rows {
-                prop_assert!(
-                    model.contenders.contains(row),
-                    "row {:?} after step {}: {:?} is not in the model {:?}",
-                    row,
-                    step,
-                    op,
-                    model.contenders
-                );
-            }
-            // ... and the registrations that are live, which are all that any later decision
-            // or listing can see (time only moves forward), are exactly the domain's.
-            let mut effective = rows.clone();
-            if let Some(holder) = &record {
-                effective.push(Contender {
-                    lease_name: holder.lease_name.clone(),
-                    owner: holder.owner.clone(),
-                    priority: holder.priority,
-                    last_seen: holder.heartbeat_at,
-                    ttl: holder.ttl,
-                });
-            }
-            let live = |all: &[Contender]| {
-                let mut live: Vec<Contender> =
-                    all.iter().filter(|c| c.is_live_at(now)).cloned().collect();
-                live.sort_by(|a, b| a.owner.cmp(&b.owner));
-                live
-            };
-            prop_assert_eq!(
-                live(&effective),
-                live(&model.contenders),
-                "live registrations after step {}: {:?}",
-                step,
-                op
-            );
-            // And the adapter's listing says the same.
-            let listed = self
-                .runtime
-                .block_on(self.storage.get_lease_contenders_at(lease, now))
-                .unwrap();
-            let mut expected = live(&model.contenders);
-            tenure_ports::sort_contenders(&mut expected);
-            prop_assert_eq!(listed, expected, "listing after step {}: {:?}", step, op);
-        }
-        Ok(())
+    /// The lease record as stored, with the record's `has_contenders` flag.
+    async fn record(&self, lease_name: &LeaseName) -> Result<Option<(Lease, bool)>, BoxError> {
+        let p = &self.prefix;
+        let row = self
+            .admin
+            .query_opt(
+                &format!(
+                    "SELECT owner, priority, fencing_token, acquired_at, heartbeat_at, \
+                            ttl_micros, has_contenders, released_at \
+                       FROM {p}leases WHERE lease_name = $1"
+                ),
+                &[&lease_name.as_str()],
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let at =
+            |t: SystemTime| Timestamp::from_system_time(t).ok_or("a stored instant out of range");
+        let lease = Lease {
+            lease_name: lease_name.clone(),
+            owner: Owner::new(row.get::<_, String>(0))?,
+            priority: row.get(1),
+            fencing_token: FencingToken::new(u64::try_from(row.get::<_, i64>(2))?)
+                .ok_or("a stored token of 0")?,
+            acquired_at: at(row.get(3))?,
+            heartbeat_at: at(row.get(4))?,
+            ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(5))?),
+            released_at: row.get::<_, Option<SystemTime>>(7).map(at).transpose()?,
+        };
+        Ok(Some((lease, row.get(6))))
     }
+
+    /// Every stored registration row, live or not.
+    async fn rows(&self, lease_name: &LeaseName) -> Result<Vec<Contender>, BoxError> {
+        let p = &self.prefix;
+        self.admin
+            .query(
+                &format!(
+                    "SELECT owner, priority, last_seen, ttl_micros FROM {p}lease_contenders \
+                      WHERE lease_name = $1"
+                ),
+                &[&lease_name.as_str()],
+            )
+            .await?
+            .into_iter()
+            .map(|row| {
+                Ok(Contender {
+                    lease_name: lease_name.clone(),
+                    owner: Owner::new(row.get::<_, String>(0))?,
+                    priority: row.get(1),
+                    last_seen: Timestamp::from_system_time(row.get(2)).ok_or("last_seen")?,
+                    ttl: Duration::from_micros(u64::try_from(row.get::<_, i64>(3))?),
+                })
+            })
+            .collect()
+    }
+}
+
+impl DecisionSystem for Sql {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        let request = LeaseRequest::new(
+            request.lease_name.as_str(),
+            request.owner.as_str(),
+            request.priority,
+            request.ttl,
+        );
+        let (transition, response) = self
+            .runtime
+            .block_on(self.storage.request_lease_at(&request, now))?;
+        Ok(Decided::new(response).with_transition(transition))
+    }
+
+    fn release(
+        &mut self,
+        lease_name: &LeaseName,
+        owner: &Owner,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        Ok(self.runtime.block_on(self.storage.release_lease_at(
+            lease_name.as_str(),
+            owner.as_str(),
+            now,
+        ))?)
+    }
+
+    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
+        self.runtime.block_on(async {
+            let record = self.record(lease_name).await?;
+            let rows = self.rows(lease_name).await?;
+            // The renewal's shortcut: a record that says it has no registrations has none.
+            if let Some((_, false)) = &record
+                && !rows.is_empty()
+            {
+                return Err(format!("has_contenders is false with rows {rows:?}").into());
+            }
+            // The storage keeps the holder's registration in the record, not in a row of its
+            // own: the adapter's listing is what the live registrations are.
+            let live = self
+                .storage
+                .get_lease_contenders_at(lease_name.as_str(), now)
+                .await?;
+            Ok(Observed::new(record.map(|(lease, _)| lease), live).with_stored_contenders(rows))
+        })
+    }
+}
+
+fn sql_decisions_match_the_domain(driver: PostgresDriver) {
+    let (mut sql, guard) = Sql::new(driver);
+    let config = differential::Config::from_env_or(128);
+    if let Err(mismatch) = differential::check_decisions_with(config, &mut sql) {
+        panic!("the SQL functions and the domain disagree on {driver}: {mismatch}");
+    }
+    drop(guard);
 }
 
 #[test]
@@ -267,36 +175,48 @@ fn sql_decisions_match_the_domain_on_sqlx() {
     sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
 }
 
-fn sql_decisions_match_the_domain(driver: PostgresDriver) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (storage, guard) = runtime.block_on(support::fresh_storage(driver));
-    let admin = runtime.block_on(support::admin());
-    let harness = Harness {
-        runtime,
-        storage,
-        admin,
-        prefix: guard.prefix().to_owned(),
-    };
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(128);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
+/// The renewal's liveness test in the shipped function, and its off-by-one: `<=` lets the
+/// holder renew at the very microsecond its lease expires, where the domain says the lease is
+/// expired (a new tenure, a new token).
+const LIVE: &str = "AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+const OFF_BY_ONE: &str = "AND v_now <= l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+
+#[test]
+fn the_check_catches_an_off_by_one_at_expiry() {
+    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
+    let function = format!("{}request_lease_v1", guard.prefix());
+    sql.runtime.block_on(async {
+        let definition: String = sql
+            .admin
+            .query_one(
+                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
+                &[&function],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            definition.matches(LIVE).count(),
+            1,
+            "the renewal's liveness test moved: update the negative control"
+        );
+        sql.admin
+            .batch_execute(&definition.replace(LIVE, OFF_BY_ONE))
+            .await
+            .unwrap();
     });
-    let counter = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
-        // A lease of its own for every case (and every shrinking step): no state carries over.
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        harness.run(&format!("lease-{n}"), &ops)
-    });
-    if let Err(err) = result {
-        panic!("the SQL functions and the domain disagree on {driver}: {err}");
-    }
+    let mismatch =
+        differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
+            .expect_err("the check passed a function that renews an expired lease");
+    let case = mismatch
+        .case
+        .as_ref()
+        .expect("a minimal case, not a failure of the whole check");
+    assert!(
+        case.steps.len() <= 6,
+        "the minimal case is not small ({} steps): {mismatch}",
+        case.steps.len()
+    );
+    println!("caught, as it should be: {mismatch}");
     drop(guard);
 }
