@@ -21,6 +21,8 @@
 mod cargo;
 mod postgres;
 mod summary;
+#[cfg(test)]
+mod tidy;
 
 use std::env;
 use std::process::ExitCode;
