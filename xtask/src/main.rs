@@ -9,6 +9,9 @@
 //!   one backend or all; PostgreSQL in a container when an engine answers (of version N).
 //! * `cargo xtask pg-image [--pg-version N]`: builds the local PostgreSQL images the
 //!   containers run (no registry needed), both versions or one.
+//! * `cargo xtask release-check`: the docs under `-D warnings`, `cargo publish --dry-run` of
+//!   every published crate, and the conformance kit's skips shown as ignored by `cargo test`
+//!   for a third-party adapter (see [`release`]).
 //! * `cargo xtask stress [--minutes N]`: the long reliability run (long model tests, then
 //!   election workloads under faults), with its counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
@@ -20,6 +23,7 @@
 
 mod cargo;
 mod postgres;
+mod release;
 mod summary;
 #[cfg(test)]
 mod tidy;
@@ -81,6 +85,7 @@ commands:
                           the conformance kit alone (backends: memory, postgres, file, partial)
   pg-image [--pg-version N]
                           build the local PostgreSQL images for containers (15, 17)
+  release-check           docs under -D warnings, publish dry-run, the kit's skips as ignored
   stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
   bench file              the file backend's appends against raw write + fsync, and reopening
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         ["bench", "postgres"] => {
             cargo::run(&["bench", "-p", "tenure-postgres", "--bench", "lease_latency"])
         }
+        ["release-check"] => release::check(),
         ["stress"] => stress("10"),
         ["stress", "--minutes", minutes] => stress(minutes),
         ["bench", "file"] => cargo::run(&["bench", "-p", "tenure-file", "--bench", "append"]),

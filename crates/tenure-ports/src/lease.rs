@@ -36,8 +36,10 @@ impl LeaseSnapshot {
     }
 }
 
-/// Orders contenders as [`EventStorage::get_lease_contenders`] promises: priority, highest
-/// first, then owner.
+/// Orders contenders as [`get_lease_contenders`] promises: priority, highest first, then
+/// owner.
+///
+/// [`get_lease_contenders`]: crate::EventStorage::get_lease_contenders
 pub fn sort_contenders(contenders: &mut [Contender]) {
     contenders.sort_by(|a, b| {
         b.priority
