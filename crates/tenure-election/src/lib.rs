@@ -73,8 +73,9 @@
 //! errors and latency by operation, handover times seen by a new leader, and the processor's
 //! events, batches and bookmark lag. The crate installs no recorder or exporter: the
 //! application does (`tenure run --metrics-listen` serves them to Prometheus). The names,
-//! labels and meanings are in `docs/operations.md`. Without the feature, nothing of
-//! `metrics` is compiled in. Call [`describe_metrics`] once the recorder is installed to give
+//! labels and meanings are in the operations guide
+//! (<https://github.com/tenure-rs/tenure/blob/main/docs/operations.md>), with alerts and a
+//! dashboard. Without the feature, nothing of `metrics` is compiled in. Call [`describe_metrics`] once the recorder is installed to give
 //! each metric its help text and unit.
 
 #![deny(missing_docs)]

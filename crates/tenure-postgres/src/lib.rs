@@ -76,8 +76,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See `docs/postgres.md` for the tables, privileges, schema modes, the barrier, the clock, and
-//! failover.
+//! The PostgreSQL guide
+//! (<https://github.com/tenure-rs/tenure/blob/main/docs/postgres.md>) tells the tables,
+//! privileges, schema modes, the barrier, the clock, and failover.
 #![cfg_attr(
     feature = "sqlx-0_9",
     doc = concat!(
