@@ -15,6 +15,8 @@
 //! * `cargo xtask stress [--minutes N]`: the long reliability run (long model tests, then
 //!   election workloads under faults), with its counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
+//! * `cargo xtask bench metrics`: the processor's throughput without and with the `metrics`
+//!   feature (and the Prometheus recorder), in one run.
 //! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
 //! * `cargo xtask bench events`: append and read throughput on memory and PostgreSQL.
 //!
@@ -88,6 +90,7 @@ commands:
   release-check           docs under -D warnings, publish dry-run, the kit's skips as ignored
   stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
   bench postgres          the PostgreSQL lease benchmark against its single-UPDATE baseline
+  bench metrics           the processor's throughput with the metrics feature off and on
   bench file              the file backend's appends against raw write + fsync, and reopening
   bench events            event appends and reads, memory and PostgreSQL, against plain SQL
 ";
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         ["release-check"] => release::check(),
         ["stress"] => stress("10"),
         ["stress", "--minutes", minutes] => stress(minutes),
+        ["bench", "metrics"] => bench_metrics(),
         ["bench", "file"] => cargo::run(&["bench", "-p", "tenure-file", "--bench", "append"]),
         ["bench", "events"] => cargo::run(&["bench", "-p", "tenure-postgres", "--bench", "events"]),
         ["help" | "--help" | "-h"] => {
@@ -376,6 +380,21 @@ fn existing_backends() -> impl Iterator<Item = &'static Backend> {
                 .exists()
         })
     })
+}
+
+/// The processor benchmark three times: the feature off, on without a recorder, on with the
+/// Prometheus recorder `tenure run --metrics-listen` installs.
+fn bench_metrics() -> Result<(), String> {
+    let bench = ["bench", "-p", "tenure-election", "--bench", "processor"];
+    cargo::run(&bench)?;
+    cargo::run(&[&bench[..], &["--features", "metrics"]].concat())?;
+    cargo::run(
+        &[
+            &bench[..],
+            &["--features", "metrics", "--", "--with-recorder"],
+        ]
+        .concat(),
+    )
 }
 
 fn step(name: &str) {
