@@ -156,7 +156,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         say(format_args!("cannot become a subreaper ({error})"));
     }
     let mut signals = Signals::new()?;
-    let storage = open_postgres(&args.db.database_url, &args.db.prefix, args.schema, 2).await?;
+    let target = crate::backend::target(args.db.database_url.as_deref())?;
+    let storage = open_postgres(&target, &args.db.prefix, args.schema, 2).await?;
     let elector = LeaderElector::start_validated(Arc::new(storage), config.clone())?;
     say(format_args!(
         "waiting for lease {} as {} (priority {}, ttl {})",

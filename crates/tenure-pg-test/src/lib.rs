@@ -2,7 +2,9 @@
 //!
 //! [`server`] finds a PostgreSQL server for a test run, in this order:
 //!
-//! 1. the server named by the `TENURE_PG_URL` environment variable;
+//! 1. the server named by the environment, as the `tenure` command reads it:
+//!    `TENURE_DATABASE_URL`, else `TENURE_PG_URL` (its old, deprecated name for the tests),
+//!    else `DATABASE_URL`, else libpq's `PG*` variables ([`URL_VARIABLES`]);
 //! 2. a container started through testcontainers, when this crate is built with the `docker`
 //!    feature and a Docker engine answers on its socket (`DOCKER_HOST`, or
 //!    `/var/run/docker.sock`);
@@ -33,7 +35,7 @@ mod settings;
 
 pub use database::{TempDatabase, with_database};
 pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};
-pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source};
+pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source, URL_VARIABLES};
 
 #[cfg(feature = "docker")]
 pub use container::{OWNER_LABEL, RUN_LABEL};
@@ -228,27 +230,6 @@ where
     .map_err(|_| "the thread of a detached call panicked".to_owned())?
 }
 
-/// `url` with the password of a `scheme://user:password@host` URL replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return "(a key/value connection string)".to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => match rest[..at].find(':') {
-            Some(colon) => format!(
-                "{}{}:***{}",
-                &url[..scheme_end + 3],
-                &rest[..colon],
-                &rest[at..]
-            ),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,12 +244,5 @@ mod tests {
             a.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         );
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert!(!redact("host=h password=pw").contains("pw"));
     }
 }

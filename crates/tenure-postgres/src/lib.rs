@@ -104,7 +104,6 @@ mod events;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod lease;
 mod prefix;
-mod redact;
 mod schema;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod storage;
@@ -117,10 +116,14 @@ pub use builder::{
     DEFAULT_VISIBILITY_WAIT, PostgresEventStorageBuilder,
 };
 pub use prefix::{DEFAULT_PREFIX, MAX_PREFIX_BYTES, PrefixError, TablePrefix};
-pub use redact::redact;
 pub use schema::{SchemaMode, ddl};
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub use storage::{PostgresDriver, PostgresEventStorage};
+/// Connection strings as Tenure reads them: parsing, the environment, redaction.
+pub use tenure_conninfo;
+/// The one redactor of Tenure (from `tenure-conninfo`): a connection string with its
+/// secrets replaced by `***`.
+pub use tenure_conninfo::redact;
 
 /// deadpool-postgres 0.14, whose `Pool` [`PostgresEventStorageBuilder::pool`] accepts,
 /// re-exported so that an application uses the same version.
