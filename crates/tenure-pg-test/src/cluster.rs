@@ -91,6 +91,21 @@ impl Cluster {
         Ok(())
     }
 
+    /// Gives the server the certificate and key of `ca` and turns TLS on (`ssl = on`), at the
+    /// next start or [reload](Self::reload).
+    pub fn enable_tls(&self, ca: &crate::tls::TestCa) -> Result<(), String> {
+        let data = self.dir.join("data");
+        crate::tls::install_private(&ca.server_cert(), &data.join("server.crt"))?;
+        crate::tls::install_private(&ca.server_key(), &data.join("server.key"))?;
+        if is_root() {
+            run(Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(data.join("server.crt"))
+                .arg(data.join("server.key")))?;
+        }
+        self.configure(&[("ssl", "on")])
+    }
+
     /// Makes a running server read its configuration again (`pg_ctl reload`).
     pub fn reload(&self) -> Result<(), String> {
         self.tool("pg_ctl", &["-D", &self.data(), "reload"])

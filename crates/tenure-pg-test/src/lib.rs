@@ -32,6 +32,7 @@ mod container;
 mod database;
 mod server;
 mod settings;
+pub mod tls;
 
 pub use database::{TempDatabase, with_database};
 pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};

@@ -26,7 +26,7 @@ mod config;
 pub(crate) mod deadpool;
 #[cfg(feature = "sqlx-0_9")]
 pub(crate) mod sqlx;
-#[cfg(all(feature = "tls", feature = "deadpool"))]
+#[cfg(feature = "tls")]
 pub(crate) mod tls;
 
 /// The text of one statement, built once per storage and shared with the driver's statement

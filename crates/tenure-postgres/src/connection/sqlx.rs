@@ -72,6 +72,12 @@ impl Sqlx {
 }
 
 fn failure(err: sqlx::Error) -> Failure {
+    #[cfg(feature = "tls")]
+    if let sqlx::Error::Io(io) = &err
+        && let Some(why) = super::tls::reason(io)
+    {
+        return Failure::Connection(format!("TLS handshake failed: {why}").into());
+    }
     match err {
         sqlx::Error::Database(db) => Failure::Server {
             code: db.code().map(|c| c.into_owned()).unwrap_or_default(),

@@ -16,13 +16,20 @@
 //! text; every such error says that it is about TLS, and why (certificate not trusted, host
 //! name mismatch, server without TLS).
 //!
-//! sqlx applies the same parameters itself, with the same meaning (`config::sqlx_options`).
+//! sqlx applies the same parameters itself, with the same meaning (`config::sqlx_options`);
+//! its TLS failures are put in the same words ([`reason`]).
 
+// The verifiers serve the tokio-postgres driver only.
+#![cfg_attr(not(feature = "deadpool"), allow(dead_code, unused_imports))]
+
+#[cfg(feature = "deadpool")]
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "deadpool")]
 use std::pin::Pin;
 use std::sync::Arc;
+#[cfg(feature = "deadpool")]
 use std::task::{Context, Poll};
 
 use rustls::client::WebPkiServerVerifier;
@@ -34,9 +41,12 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 use tenure_conninfo::{ConnInfo, SslMode};
+#[cfg(feature = "deadpool")]
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+#[cfg(feature = "deadpool")]
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
+#[cfg(feature = "deadpool")]
 /// The tokio-postgres configuration and TLS connector for `info`: the one place that turns a
 /// connection string into what tokio-postgres connects with, for the pool and for any other
 /// connection the storage opens (a LISTEN connection, say), so that they all follow the same
@@ -257,31 +267,36 @@ impl ServerCertVerifier for Unchecked {
     }
 }
 
-/// The TLS failure of a handshake, in words that say it is about TLS and why.
-fn describe(err: io::Error) -> io::Error {
-    let why = match err
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    {
-        Some(rustls::Error::InvalidCertificate(
+/// Why a TLS handshake failed, in words, if `err` is a TLS failure (rustls's error inside an
+/// I/O error, as both drivers report it).
+pub(crate) fn reason(err: &io::Error) -> Option<String> {
+    let tls = err.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(match tls {
+        rustls::Error::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-        )) => "the server's certificate is not valid for the host name connected to \
-               (sslmode=verify-full)"
+        ) => "the server's certificate is not valid for the host name connected to \
+              (sslmode=verify-full)"
             .to_owned(),
-        Some(rustls::Error::InvalidCertificate(
+        rustls::Error::InvalidCertificate(
             CertificateError::UnknownIssuer | CertificateError::BadSignature,
-        )) => {
+        ) => {
             "the server's certificate is not signed by a trusted root (see sslrootcert)".to_owned()
         }
-        Some(rustls::Error::InvalidCertificate(other)) => {
+        rustls::Error::InvalidCertificate(other) => {
             format!("the server's certificate is not acceptable: {other:?}")
         }
-        Some(other) => other.to_string(),
-        None => err.to_string(),
-    };
+        other => other.to_string(),
+    })
+}
+
+/// The TLS failure of a handshake, in words that say it is about TLS and why.
+#[cfg(feature = "deadpool")]
+fn describe(err: io::Error) -> io::Error {
+    let why = reason(&err).unwrap_or_else(|| err.to_string());
     io::Error::new(err.kind(), format!("TLS handshake failed: {why}"))
 }
 
+#[cfg(feature = "deadpool")]
 impl<S> MakeTlsConnect<S> for MakeRustls
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -304,12 +319,14 @@ where
     }
 }
 
+#[cfg(feature = "deadpool")]
 /// The connector of one connection (its server's name).
 pub(crate) struct RustlsConnect {
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
 }
 
+#[cfg(feature = "deadpool")]
 impl<S> TlsConnect<S> for RustlsConnect
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -330,9 +347,11 @@ where
     }
 }
 
+#[cfg(feature = "deadpool")]
 /// A TLS stream, as tokio-postgres reads and writes it.
 pub(crate) struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
 
+#[cfg(feature = "deadpool")]
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -343,6 +362,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
     }
 }
 
+#[cfg(feature = "deadpool")]
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -361,6 +381,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
     }
 }
 
+#[cfg(feature = "deadpool")]
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for RustlsStream<S> {
     fn channel_binding(&self) -> ChannelBinding {
         // SCRAM's channel binding is optional (`channel_binding=prefer`): not offered.
