@@ -7,6 +7,8 @@
 //!   `.ci/run` calls (with `--require-containers`: no engine is then an error).
 //! * `cargo xtask tck [--backend NAME] [--pg-version N]`: the conformance kit alone, against
 //!   one backend or all; PostgreSQL in a container when an engine answers (of version N).
+//! * `cargo xtask pg-server`: which PostgreSQL server the tests would use, and why (passwords
+//!   hidden).
 //! * `cargo xtask pg-image [--pg-version N]`: builds the local PostgreSQL images the
 //!   containers run (no registry needed), both versions or one.
 //! * `cargo xtask stress [--minutes N]`: the long reliability run (long model tests, then
@@ -77,6 +79,7 @@ commands:
                           then the TCK on PostgreSQL 15 and 17 in containers if Docker answers
   tck [--backend NAME] [--pg-version N]
                           the conformance kit alone (backends: memory, postgres, file, partial)
+  pg-server               say which PostgreSQL server the tests would use, and why
   pg-image [--pg-version N]
                           build the local PostgreSQL images for containers (15, 17)
   stress [--minutes N]    the long reliability run (default 10 minutes of PostgreSQL faults)
@@ -96,6 +99,10 @@ fn main() -> ExitCode {
         },
         ["tck", flags @ ..] => Options::parse(flags, &["--backend", "--pg-version"])
             .and_then(|o| tck(o.get("--backend"), o.version()?)),
+        ["pg-server"] => {
+            Plan::decide(None).say();
+            Ok(())
+        }
         ["pg-image", flags @ ..] => Options::parse(flags, &["--pg-version"])
             .and_then(|o| postgres::build_images(o.version()?)),
         ["bench", "postgres"] => {

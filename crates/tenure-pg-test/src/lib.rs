@@ -59,6 +59,32 @@ mod container {
     }
 }
 
+/// The secret the strings of [`secret_forms`] hide, as written and as decoded.
+pub const SECRET: &str = "Sx3cr3t-Pw";
+/// The percent-encoded secret of [`secret_forms`] (`p%40ss-Sx9`), and decoded (`p@ss-Sx9`).
+pub const ENCODED_SECRET: [&str; 2] = ["p%40ss-Sx9", "p@ss-Sx9"];
+
+/// Connection strings for the server at `host:port` (user and database `postgres`) holding a
+/// password in each form a string can: a URL's user-info, a `password=` query parameter, a
+/// key/value `password` unquoted and quoted, each percent-encoded where a URL allows it. For
+/// the tests that check that no output shows a password ([`SECRET`], [`ENCODED_SECRET`]).
+pub fn secret_forms(host: &str, port: u16) -> Vec<String> {
+    let [encoded, _] = ENCODED_SECRET;
+    vec![
+        format!("postgres://postgres:{SECRET}@{host}:{port}/postgres"),
+        format!("postgres://postgres@{host}:{port}/postgres?password={SECRET}"),
+        format!("host={host} port={port} user=postgres dbname=postgres password={SECRET}"),
+        format!("host={host} port={port} user=postgres password='{SECRET} x\\y' dbname=postgres"),
+        format!("postgresql://postgres:{encoded}@{host}:{port}/postgres"),
+        format!("postgres://postgres@{host}:{port}/postgres?%70assword={encoded}"),
+    ]
+}
+
+/// Whether `text` shows any form of the secrets of [`secret_forms`].
+pub fn shows_a_secret(text: &str) -> bool {
+    text.contains(SECRET) || ENCODED_SECRET.iter().any(|s| text.contains(s))
+}
+
 /// A connection to `url`, driven by a task on the current tokio runtime.
 pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await?;

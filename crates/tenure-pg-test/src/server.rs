@@ -23,8 +23,8 @@ pub enum Origin {
     Local,
 }
 
-/// A PostgreSQL server to test against.
-#[derive(Clone, Debug)]
+/// A PostgreSQL server to test against. Its `Debug` output hides the password.
+#[derive(Clone)]
 pub struct Server {
     /// Its connection string (it may carry a password: print [`Server::redacted_url`]).
     pub url: String,
@@ -32,6 +32,16 @@ pub struct Server {
     pub origin: Origin,
     /// Its version, as `SHOW server_version` answers it (`17.6`, `15.14 (Debian …)`).
     pub version: String,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("url", &self.redacted_url())
+            .field("origin", &self.origin)
+            .field("version", &self.version)
+            .finish()
+    }
 }
 
 impl Server {
@@ -108,8 +118,9 @@ pub fn find(settings: &Settings) -> Result<Server, String> {
     let (url, origin) = locate(settings)?;
     let version = server_version(&url).map_err(|e| {
         format!(
-            "the server at {} does not answer: {e}",
-            tenure_conninfo::redact(&url)
+            "the server at {} does not answer: {}",
+            tenure_conninfo::redact(&url),
+            tenure_conninfo::scrub(&e, &url)
         )
     })?;
     if let Some(wanted) = settings.version {
