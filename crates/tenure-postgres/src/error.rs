@@ -72,8 +72,13 @@ impl Failure {
 
     /// The error a call doing `what` reports.
     pub(crate) fn into_storage(self, what: &str) -> EventStorageError {
-        let (code, source) = match self {
-            Failure::Server { code, source, .. } => (code, source),
+        let (code, message, source) = match self {
+            Failure::Server {
+                code,
+                message,
+                source,
+                ..
+            } => (code, message, source),
             Failure::Connection(err) => {
                 return EventStorageError::unavailable_with(
                     format!("{what}: the connection to PostgreSQL failed; the outcome is unknown"),
@@ -102,12 +107,20 @@ impl Failure {
                 source,
             );
         }
-        // undefined_table, undefined_function, undefined_column, insufficient_privilege
-        if matches!(code.as_str(), "42P01" | "42883" | "42703" | "42501") {
+        // insufficient_privilege: which object, and what the storage needs on it.
+        if code == "42501" {
+            return EventStorageError::schema_with(
+                format!("{what}: {}", crate::schema::privileges::explain(&message)),
+                source,
+            );
+        }
+        // undefined_table, undefined_function, undefined_column
+        if matches!(code.as_str(), "42P01" | "42883" | "42703") {
             return EventStorageError::schema_with(
                 format!(
-                    "{what}: the tables or functions are missing, outdated, or not granted to \
-                     this role (see tenure_postgres::ddl and docs/postgres.md)"
+                    "{what}: {message}: the tables or functions are missing or outdated, or not \
+                     visible to this role (it lacks USAGE on their schema); check with \
+                     SchemaMode::Validate (see tenure_postgres::ddl and docs/postgres.md)"
                 ),
                 source,
             );

@@ -9,6 +9,10 @@ use crate::prefix::{PrefixError, TablePrefix};
 mod manage;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub(crate) use manage::apply;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+pub(crate) mod privileges;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod shape;
 
 /// The placeholder for the table prefix in the migration files.
 pub(crate) const PLACEHOLDER: &str = "{{prefix}}";
