@@ -18,6 +18,7 @@ mod duration;
 mod guard;
 mod leases;
 mod metrics;
+mod permanent;
 mod reaper;
 mod run;
 mod tree;

@@ -67,6 +67,19 @@ pub fn with_database(url: &str, name: &str) -> String {
     }
 }
 
+/// `url` (a URL or a key/value string) with `user` as the user and no password, as a
+/// key/value string.
+pub fn with_user(url: &str, user: &str) -> String {
+    match tenure_conninfo::ConnInfo::parse(url) {
+        Ok(mut info) => {
+            info.remove("password");
+            info.set("user", user);
+            info.to_key_value_string()
+        }
+        Err(_) => format!("{url} user={user}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -34,7 +34,7 @@ mod server;
 mod settings;
 pub mod tls;
 
-pub use database::{TempDatabase, with_database};
+pub use database::{TempDatabase, with_database, with_user};
 pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};
 pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source, URL_VARIABLES};
 
