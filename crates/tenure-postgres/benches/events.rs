@@ -2,7 +2,7 @@
 //! the PostgreSQL figures each against plain SQL measured in the same run.
 //!
 //! `cargo bench -p tenure-postgres --bench events` (or `cargo xtask bench events`) finds its
-//! server as the tests do (`TENURE_PG_URL`, a container, or the local server), creates a prefix
+//! server as the tests do (`TENURE_DATABASE_URL`, a container, or the local server), creates a prefix
 //! of its own and drops it afterwards (its baseline tables included). It measures:
 //!
 //! * **appends**: events/s and appends/s with batches of 1 and of 100 events, 1 writer and 8

@@ -1,7 +1,7 @@
 //! How close a lease call comes to the floor, one round trip and one commit, on each driver.
 //!
 //! `cargo bench -p tenure-postgres --bench lease_latency` (or `cargo xtask bench postgres`)
-//! measures, in one run against one server (found as the tests find it: `TENURE_PG_URL`, a
+//! measures, in one run against one server (found as the tests find it: `TENURE_DATABASE_URL`, a
 //! container, or the local server):
 //!
 //! * **floor**: a single-row `UPDATE` in autocommit (prepared), over 1,000 rows, through a
