@@ -86,13 +86,41 @@ pub fn shows_a_secret(text: &str) -> bool {
 }
 
 /// A connection to `url`, driven by a task on the current tokio runtime.
+///
+/// TLS as `sslmode` and `sslrootcert` ask, with the storage's own connector
+/// (`tenure_postgres::tokio_postgres_config`); a string that connector refuses is handed to
+/// tokio-postgres as it is, for its own error.
 pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let tls = tenure_conninfo::ConnInfo::parse(url)
+        .ok()
+        .and_then(|mut info| {
+            // Not counted among the storage's own connections (`tenure`).
+            if info.get("application_name").is_none() {
+                info.set("application_name", "tenure-pg-test");
+            }
+            tenure_postgres::tokio_postgres_config(&info, CONNECT_TIMEOUT).ok()
+        });
+    let client = match tls {
+        Some((config, tls)) => {
+            let (client, connection) = config.connect(tls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        }
+        None => {
+            let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        }
+    };
     Ok(client)
 }
+
+/// The bound on connecting, for the helpers' own connections.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A name no other test (in this process or another) uses: `<tag>_<pid>_<n>_<random>`, in
 /// lowercase ASCII, usable as an identifier or a prefix part. Keep `tag` short.

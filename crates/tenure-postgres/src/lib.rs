@@ -131,6 +131,9 @@ pub use tenure_conninfo;
 /// secrets replaced by `***`.
 pub use tenure_conninfo::redact;
 
+#[cfg(all(feature = "deadpool", feature = "tls"))]
+pub use connection::tls::{MakeRustls, RustlsConnect, RustlsStream, tokio_postgres_config};
+
 /// deadpool-postgres 0.14, whose `Pool` [`PostgresEventStorageBuilder::pool`] accepts,
 /// re-exported so that an application uses the same version.
 #[cfg(feature = "deadpool")]

@@ -1,7 +1,8 @@
 //! TLS on both drivers, against a throwaway cluster and a certificate authority made by the
 //! test (issue 14): `require` fails on a server without TLS and `disable` works there; once
 //! the server has TLS, `verify-full` with the CA connects (over TLS, as the server reports),
-//! a wrong CA and a wrong host name fail with TLS errors, `verify-ca` accepts any host name.
+//! a wrong CA and a wrong host name fail with TLS errors, `verify-ca` accepts any host name;
+//! the test helpers' own connections follow the same settings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -116,6 +117,28 @@ async fn sslmodes_mean_what_they_mean_in_libpq_on_both_drivers() {
     while build(PostgresDriver::Deadpool, &full).await.is_err() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // The test helpers connect as the storage does (tenure_postgres::tokio_postgres_config).
+    let helper = tenure_pg_test::connect(&full).await.unwrap();
+    let ssl: bool = helper
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ssl, "the helper's connection is not over TLS");
+    let wrong_ca = other_ca.root_cert().display().to_string();
+    let refused = tenure_pg_test::connect(&at(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={wrong_ca}"),
+    ))
+    .await
+    .map(drop)
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("TLS"), "{refused}");
 
     for driver in drivers {
         let storage = build(driver, &full)

@@ -46,12 +46,36 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 #[cfg(feature = "deadpool")]
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
+/// The tokio-postgres configuration and TLS connector for `info` (`sslmode` and `sslrootcert`
+/// with libpq's meaning: `docs/postgres.md`, "Connecting"): the one place that turns a
+/// connection string into what tokio-postgres connects with, for the storage's pool and for
+/// any other connection (a LISTEN connection, a test's client), so that they all follow the
+/// same TLS settings. Unless the string sets them, `application_name` is `tenure` and
+/// connecting is bounded by `timeout`.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use tenure_postgres::tenure_conninfo::ConnInfo;
+/// let info = ConnInfo::parse("host=db.internal user=app sslmode=verify-full")?;
+/// let timeout = std::time::Duration::from_secs(5);
+/// let (config, tls) = tenure_postgres::tokio_postgres_config(&info, timeout)?;
+/// let (client, connection) = config.connect(tls).await?;
+/// tokio::spawn(connection);
+/// # drop(client); Ok(()) }
+/// ```
 #[cfg(feature = "deadpool")]
-/// The tokio-postgres configuration and TLS connector for `info`: the one place that turns a
-/// connection string into what tokio-postgres connects with, for the pool and for any other
-/// connection the storage opens (a LISTEN connection, say), so that they all follow the same
-/// TLS settings. Unless the string sets them, `application_name` is `tenure` and connecting
-/// is bounded by `timeout`.
+pub fn tokio_postgres_config(
+    info: &ConnInfo,
+    timeout: std::time::Duration,
+) -> Result<(tokio_postgres::Config, MakeRustls), crate::BuildError> {
+    tokio_postgres(info, timeout).map_err(|reason| crate::BuildError::Url {
+        url: info.redacted(),
+        reason,
+    })
+}
+
+/// [`tokio_postgres_config`], with the reason of a failure as text.
+#[cfg(feature = "deadpool")]
 pub(crate) fn tokio_postgres(
     info: &ConnInfo,
     timeout: std::time::Duration,
@@ -78,15 +102,16 @@ enum Check {
     Full,
 }
 
-/// A tokio-postgres `MakeTlsConnect` over rustls, checking the server as `sslmode` asks.
+/// A tokio-postgres `MakeTlsConnect` over rustls, checking the server as `sslmode` asks; made
+/// by [`tokio_postgres_config`].
 #[derive(Clone)]
-pub(crate) struct MakeRustls {
+pub struct MakeRustls {
     config: Arc<ClientConfig>,
 }
 
 impl MakeRustls {
     /// The connector for `mode` with the roots of `root_cert` (a PEM file, `system`, or none).
-    pub(crate) fn new(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRustls, String> {
+    fn new(mode: SslMode, root_cert: Option<&str>) -> Result<MakeRustls, String> {
         let default_root = default_root_file().filter(|p| p.is_file());
         let check = match mode {
             SslMode::VerifyFull => Check::Full,
@@ -320,8 +345,8 @@ where
 }
 
 #[cfg(feature = "deadpool")]
-/// The connector of one connection (its server's name).
-pub(crate) struct RustlsConnect {
+/// The connector of one connection (its server's name), made by [`MakeRustls`].
+pub struct RustlsConnect {
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
 }
@@ -348,8 +373,8 @@ where
 }
 
 #[cfg(feature = "deadpool")]
-/// A TLS stream, as tokio-postgres reads and writes it.
-pub(crate) struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
+/// A TLS stream, as tokio-postgres reads and writes it, made by [`RustlsConnect`].
+pub struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
 
 #[cfg(feature = "deadpool")]
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
