@@ -44,7 +44,6 @@ use tenure_postgres::PostgresEventStorage;
 use tenure_postgres::deadpool_postgres::tokio_postgres::Row;
 use tenure_postgres::deadpool_postgres::tokio_postgres::types::ToSql;
 use tenure_postgres::deadpool_postgres::{self, Pool};
-use tenure_postgres::tokio_postgres;
 
 const WRITERS: usize = 8;
 /// Slices per measurement, the sides interleaved slice by slice.
@@ -488,10 +487,14 @@ fn main() {
     let load_before = load_average();
     runtime.block_on(async {
         // One pool for the adapter and the baselines: the same client code path.
-        let config: tokio_postgres::Config = server.url.parse().unwrap();
+        // Connected as the storage connects (TLS as the string's sslmode asks).
+        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
+        let (config, tls) =
+            tenure_postgres::tokio_postgres_config(&info, std::time::Duration::from_secs(10))
+                .unwrap();
         let manager = deadpool_postgres::Manager::from_config(
             config,
-            tokio_postgres::NoTls,
+            tls,
             deadpool_postgres::ManagerConfig {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
             },
