@@ -98,6 +98,42 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
     );
 }
 
+#[test]
+fn a_wrong_password_ends_the_run() {
+    use tenure_pg_test::cluster::Cluster;
+    let cluster = Cluster::create().expect("a throwaway cluster (PostgreSQL's binaries)");
+    cluster.start().unwrap();
+    tenure_pg_test::execute_detached(&cluster.url(), "ALTER ROLE postgres PASSWORD 'right'")
+        .unwrap();
+    cluster.require_passwords().unwrap();
+    cluster.reload().unwrap();
+    let port = cluster.port();
+    let wrong = format!("postgres://postgres:Wr0ng-Pw@127.0.0.1:{port}/postgres");
+    // Wait for the reload: the right password must be needed.
+    let right = format!("postgres://postgres:right@127.0.0.1:{port}/postgres");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tenure_pg_test::execute_detached(&wrong, "SELECT 1").is_ok() && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tenure_pg_test::execute_detached(&right, "SELECT 1").unwrap();
+    for schema in ["ensure", "none"] {
+        let (code, stderr) = exit_within(run(&wrong, "tenure_", schema), Duration::from_secs(15))
+            .unwrap_or_else(|| {
+                panic!("--schema {schema}: tenure run kept retrying a wrong password")
+            });
+        assert_eq!(code, 1, "{stderr}");
+        assert!(
+            stderr.contains("password authentication failed"),
+            "{schema}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("wrong"),
+            "{schema}: the password leaked: {stderr}"
+        );
+    }
+}
+
 fn tenure_postgres_ddl(prefix: &str) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["ddl", "--prefix", prefix])
