@@ -24,6 +24,9 @@ const NAMING: &[&str] = &[
     "PGSSLROOTCERT",
 ];
 
+/// The arguments of one run of the command, and the variables it gets.
+type Run<'a> = (Vec<String>, Vec<(&'a str, &'a str)>);
+
 fn tenure(args: &[&str], env: &[(&str, &str)]) -> (Output, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
     command.args(args).env_remove("RUST_LOG");
@@ -52,7 +55,7 @@ fn no_form_of_a_password_is_printed_by_the_command() {
                 .chain(["--prefix".to_owned(), prefix.clone()])
                 .collect()
         };
-        let runs: Vec<(Vec<String>, Vec<(&str, &str)>)> = vec![
+        let runs: Vec<Run<'_>> = vec![
             (with(&["schema", "ensure", "--database-url", &url]), vec![]),
             (with(&["leases", "--database-url", &url]), vec![]),
             (
