@@ -131,6 +131,8 @@ pub use tenure_conninfo;
 /// secrets replaced by `***`.
 pub use tenure_conninfo::redact;
 
+#[cfg(feature = "sqlx-0_9")]
+pub use connection::config::sqlx_connect_options;
 #[cfg(all(feature = "deadpool", feature = "tls"))]
 pub use connection::tls::{MakeRustls, RustlsConnect, RustlsStream, tokio_postgres_config};
 

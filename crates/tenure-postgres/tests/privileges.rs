@@ -18,8 +18,8 @@ use tenure_ports::{
 };
 use tenure_postgres::{BuildError, PostgresDriver, PostgresEventStorage, SchemaMode, ddl};
 
-/// A schema of its own holding the tables of `p`, a role whose search_path is that schema, and
-/// every grant docs/postgres.md lists but `except` (a statement that takes one away).
+/// A schema of its own holding the tables of `p`, and a role whose search_path is that schema,
+/// with every grant docs/postgres.md lists.
 struct Scene {
     schema: String,
     role: String,
@@ -27,7 +27,7 @@ struct Scene {
     _cleanup: DropGuard,
 }
 
-async fn scene(p: &str, except: &str) -> Scene {
+async fn scene(p: &str) -> Scene {
     let schema = unique_name("tenure_priv");
     let role = unique_name("tenure_role");
     let cleanup = DropGuard::new(
@@ -49,8 +49,7 @@ async fn scene(p: &str, except: &str) -> Scene {
              GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{p}lease_contenders TO {role}; \
              GRANT SELECT, INSERT ON {schema}.{p}events, {schema}.{p}event_keys TO {role}; \
              GRANT USAGE, UPDATE ON SEQUENCE {schema}.{p}events_position_seq TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{p}bookmarks TO {role}; \
-             {except}"
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{p}bookmarks TO {role}"
         )))
         .await
         .unwrap();
@@ -143,7 +142,7 @@ on_each_driver! {
 async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driver: PostgresDriver) {
     let p = "priv_";
     // The whole grant list works, in every mode: Ensure creates nothing and replaces nothing.
-    let full = scene(p, "").await;
+    let full = scene(p).await;
     for mode in [SchemaMode::Ensure, SchemaMode::Validate, SchemaMode::None] {
         let storage = build(driver, &full.url, p, mode)
             .await
@@ -204,10 +203,8 @@ async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driv
     ));
 
     for (except, object, privilege) in cases {
-        // The names are known once the scene exists: fill them in afterwards.
-        let schema_placeholder = "{schema}";
         let scene = scene_with(p, &except).await;
-        let object = object.replace(schema_placeholder, &scene.schema);
+        let object = object.replace("{schema}", &scene.schema);
         let case = format!("{driver}: without {privilege} on {object}");
 
         let err = match build(driver, &scene.url, p, SchemaMode::Validate).await {
@@ -222,22 +219,21 @@ async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driv
         assert!(matches!(err, EventStorageError::Schema { .. }), "{case}: {err:?}");
         let message = err.to_string();
         assert!(message.contains(&privilege), "{case}: the privilege not in: {message}");
-        let object_name = object.split(' ').nth(1).unwrap_or_default();
-        if !object.starts_with("schema") {
-            assert!(message.contains(&object), "{case}: the object not in: {message}");
+        if object.starts_with("schema") {
+            // The server skips a schema the role may not use: its objects look missing.
+            assert!(message.contains("USAGE on their schema"), "{case}: {message}");
         } else {
-            assert!(message.contains("schema"), "{case}: {message}");
+            assert!(message.contains(&object), "{case}: the object not in: {message}");
         }
-        assert!(!object_name.is_empty());
         storage.close().await.unwrap();
     }
 }
 }
 
-/// [`scene`], with `{schema}` and `{role}` in `except` standing for the scene's names.
+/// [`scene`], then `except` run (a statement that takes a grant away or changes an object),
+/// with `{schema}` and `{role}` in it standing for the scene's names.
 async fn scene_with(p: &str, except: &str) -> Scene {
-    // The names are made inside `scene`; take the statement away once they are known.
-    let scene = scene(p, "").await;
+    let scene = scene(p).await;
     let statement = except
         .replace("{schema}", &scene.schema)
         .replace("{role}", &scene.role);

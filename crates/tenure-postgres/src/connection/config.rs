@@ -43,8 +43,21 @@ pub(crate) fn tokio_config(
     Ok(config)
 }
 
-/// The sqlx connect options for `info`, TLS included: sqlx applies `sslmode` and `sslrootcert`
-/// itself, with libpq's meaning. Unless the string sets it, `application_name` is `tenure`.
+/// The sqlx connect options for `info`, TLS included (sqlx applies `sslmode` and `sslrootcert`
+/// itself, with libpq's meaning; `docs/postgres.md`, "Connecting"): what the storage's sqlx
+/// pool connects with, for any other sqlx connection (a `PgListener`, say) to follow the same
+/// settings. Unless the string sets it, `application_name` is `tenure`.
+#[cfg(feature = "sqlx-0_9")]
+pub fn sqlx_connect_options(
+    info: &ConnInfo,
+) -> Result<sqlx::postgres::PgConnectOptions, crate::BuildError> {
+    sqlx_options(info).map_err(|reason| crate::BuildError::Url {
+        url: info.redacted(),
+        reason,
+    })
+}
+
+/// [`sqlx_connect_options`], with the reason of a failure as text.
 #[cfg(feature = "sqlx-0_9")]
 pub(crate) fn sqlx_options(info: &ConnInfo) -> Result<sqlx::postgres::PgConnectOptions, String> {
     use sqlx::postgres::{PgConnectOptions, PgSslMode};

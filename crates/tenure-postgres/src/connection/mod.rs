@@ -21,7 +21,7 @@ use tenure_ports::EventStorageError;
 use crate::decode::Row;
 use crate::error::Failure;
 
-mod config;
+pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
 #[cfg(feature = "sqlx-0_9")]
