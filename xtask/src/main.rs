@@ -7,6 +7,8 @@
 //!   `.ci/run` calls (with `--require-containers`: no engine is then an error).
 //! * `cargo xtask tck [--backend NAME] [--pg-version N]`: the conformance kit alone, against
 //!   one backend or all; PostgreSQL in a container when an engine answers (of version N).
+//! * `cargo xtask pg-server`: which PostgreSQL server the tests would use, and why (passwords
+//!   hidden).
 //! * `cargo xtask pg-image [--pg-version N]`: builds the local PostgreSQL images the
 //!   containers run (no registry needed), both versions or one.
 //! * `cargo xtask release-check`: the docs under `-D warnings`, `cargo publish --dry-run` of
@@ -85,6 +87,7 @@ commands:
                           then the TCK on PostgreSQL 15 and 17 in containers if Docker answers
   tck [--backend NAME] [--pg-version N]
                           the conformance kit alone (backends: memory, postgres, file, partial)
+  pg-server               say which PostgreSQL server the tests would use, and why
   pg-image [--pg-version N]
                           build the local PostgreSQL images for containers (15, 17)
   release-check           docs under -D warnings, publish dry-run, the kit's skips as ignored
@@ -106,6 +109,10 @@ fn main() -> ExitCode {
         },
         ["tck", flags @ ..] => Options::parse(flags, &["--backend", "--pg-version"])
             .and_then(|o| tck(o.get("--backend"), o.version()?)),
+        ["pg-server"] => {
+            Plan::decide(None).say();
+            Ok(())
+        }
         ["pg-image", flags @ ..] => Options::parse(flags, &["--pg-version"])
             .and_then(|o| postgres::build_images(o.version()?)),
         ["bench", "postgres"] => {

@@ -3,7 +3,10 @@
 //! The xtask decides and says so; the test processes follow through the variables it sets,
 //! which `tenure-pg-test` reads (its crate documentation and `docs/testing.md`):
 //!
-//! * `TENURE_PG_URL` set: that server, as it is (CI's main suite; it overrides containers);
+//! * a server named by the environment, as `tenure-pg-test` reads it
+//!   (`tenure_conninfo::TEST_URL_VARIABLES`: `TENURE_DATABASE_URL`, `TENURE_PG_URL`
+//!   (deprecated), `DATABASE_URL`, then libpq's `PG*` variables): that server, as it is (CI's
+//!   main suite; it overrides containers);
 //! * else a Docker engine answers: a fresh container per test process, through
 //!   testcontainers (`TENURE_PG_SOURCE=container`, `TENURE_PG_VERSION`, `TENURE_PG_IMAGE`),
 //!   built with `tenure-pg-test/docker` in a target directory of its own;
@@ -33,8 +36,13 @@ const LOCAL_IMAGE: &str = "tenure-postgres";
 /// Where a run's PostgreSQL tests find their server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Server {
-    /// `TENURE_PG_URL`.
-    Url(String),
+    /// The server the environment names: the test processes find it there themselves.
+    Named {
+        /// The variable (or `libpq's PG* variables`) that names it.
+        by: String,
+        /// The connection string, secrets hidden.
+        shown: String,
+    },
     /// A container per test process, of `image:version`.
     Container { image: String, version: u32 },
     /// The local server on 127.0.0.1:5432.
@@ -53,31 +61,27 @@ pub struct Plan {
 impl Plan {
     /// Decides from this process's environment and a probe of the Docker engine.
     pub fn decide(version: Option<u32>) -> Plan {
-        let url = env::var("TENURE_PG_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty());
-        let engine = match &url {
+        let named = named_server(&|name| env::var(name).ok());
+        let engine = match &named {
             Some(_) => Err("not probed".to_owned()),
             None => probe(env::var("DOCKER_HOST").ok().as_deref()),
         };
-        Plan::from_facts(url, engine, image(), version)
+        Plan::from_facts(named, engine, image(), version)
     }
 
-    /// The decision for given facts: a URL if set, else a container if the engine answered
-    /// (`engine` is its socket, or why it does not answer), else the local server.
+    /// The decision for given facts: the server the environment names (`named`: by what, and
+    /// the string, secrets hidden), else a container if the engine answered (`engine` is its
+    /// socket, or why it does not answer), else the local server.
     pub fn from_facts(
-        url: Option<String>,
+        named: Option<(String, String)>,
         engine: Result<String, String>,
         image: String,
         version: Option<u32>,
     ) -> Plan {
-        let (server, said) = match (url, engine) {
-            (Some(url), _) => {
-                let said = format!(
-                    "PostgreSQL from TENURE_PG_URL = {} (it overrides containers)",
-                    redact(&url)
-                );
-                (Server::Url(url), said)
+        let (server, said) = match (named, engine) {
+            (Some((by, shown)), _) => {
+                let said = format!("PostgreSQL from {by} = {shown} (it overrides containers)");
+                (Server::Named { by, shown }, said)
             }
             (None, Ok(socket)) => {
                 let version = version.unwrap_or(DEFAULT_VERSION);
@@ -102,12 +106,12 @@ impl Plan {
         }
     }
 
-    /// A container of `version`, on the engine at `socket`, whatever `TENURE_PG_URL` says.
+    /// A container of `version`, on the engine at `socket`, whatever the environment names.
     pub fn container(socket: &str, version: u32) -> Plan {
         Plan::from_facts(None, Ok(socket.to_owned()), image(), Some(version))
     }
 
-    /// The plan for the main suite: `TENURE_PG_URL`, else the local server (containers are for
+    /// The plan for the main suite: the server the environment names, else the local server (containers are for
     /// the conformance kit's runs, one per version).
     pub fn main_suite() -> Plan {
         let mut plan = Plan::decide(None);
@@ -116,7 +120,7 @@ impl Plan {
                 server: Server::Local,
                 version: None,
                 said: "the PostgreSQL tests of this step use the local server on \
-                       127.0.0.1:5432 (set TENURE_PG_URL for another)"
+                       127.0.0.1:5432 (set TENURE_DATABASE_URL for another)"
                     .to_owned(),
             };
         }
@@ -127,11 +131,11 @@ impl Plan {
         println!("xtask: {}", self.said);
     }
 
-    /// How the summary names the server: `TENURE_PG_URL`, `local server`,
+    /// How the summary names the server: `TENURE_DATABASE_URL` (the variable), `local server`,
     /// `container, PostgreSQL 17`.
     pub fn label(&self) -> String {
         let base = match &self.server {
-            Server::Url(_) => "TENURE_PG_URL",
+            Server::Named { by, .. } => by.as_str(),
             Server::Local => "local server",
             Server::Container { version, .. } => {
                 return format!("container, PostgreSQL {version}");
@@ -154,15 +158,17 @@ impl Plan {
         all.extend(args);
         let mut command = cargo::command(&all);
         match &self.server {
-            Server::Url(_) => {
+            Server::Named { .. } => {
                 command.env_remove("TENURE_PG_SOURCE");
             }
             Server::Local => {
                 command.env("TENURE_PG_SOURCE", "local");
             }
             Server::Container { image, version } => {
+                for variable in naming_variables() {
+                    command.env_remove(variable);
+                }
                 command
-                    .env_remove("TENURE_PG_URL")
                     .env("TENURE_PG_SOURCE", "container")
                     .env("TENURE_PG_IMAGE", image)
                     .env("TENURE_PG_VERSION", version.to_string())
@@ -364,25 +370,32 @@ fn request(socket: &str, method: &str, path: &str) -> Result<(u16, String), Stri
     Ok((status, body.to_owned()))
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
-pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
+/// The server the environment names for the test processes, as `tenure-pg-test` finds it
+/// (`lookup` answers a variable): by what, and its string with secrets hidden.
+pub fn named_server(lookup: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    use tenure_conninfo::Source;
+    match tenure_conninfo::resolve_with(None, tenure_conninfo::TEST_URL_VARIABLES, lookup) {
+        Ok(found) => {
+            let by = match &found.source {
+                Source::Variable(name) => name.clone(),
+                other => other.to_string(),
+            };
+            Some((by, found.shown))
+        }
+        // An unparsable string still names a server: the tests report it.
+        Err(tenure_conninfo::ResolveError::Invalid { source, .. }) => {
+            Some((source.to_string(), "(invalid)".to_owned()))
+        }
+        Err(_) => None,
     }
+}
+
+/// Every variable that could name a server for the test processes: removed for container runs.
+fn naming_variables() -> impl Iterator<Item = &'static str> {
+    tenure_conninfo::TEST_URL_VARIABLES
+        .iter()
+        .chain(tenure_conninfo::NAMING_VARIABLES)
+        .copied()
 }
 
 #[cfg(test)]
@@ -473,7 +486,14 @@ mod tests {
             .collect();
         assert!(env.contains(&("TENURE_PG_SOURCE".into(), Some("container".into()))));
         assert!(env.contains(&("TENURE_PG_VERSION".into(), Some("15".into()))));
-        assert!(env.contains(&("TENURE_PG_URL".into(), None)), "{env:?}");
+        for variable in [
+            "TENURE_PG_URL",
+            "TENURE_DATABASE_URL",
+            "DATABASE_URL",
+            "PGHOST",
+        ] {
+            assert!(env.contains(&(variable.into(), None)), "{env:?}");
+        }
         assert!(command.get_args().any(|a| a == "tenure-pg-test/docker"));
         let _ = std::fs::remove_file(path);
     }
@@ -491,15 +511,30 @@ mod tests {
 
     #[test]
     fn a_url_overrides_the_engine() {
+        let env = |name: &str| (name == "TENURE_PG_URL").then(|| "postgres://u:pw@db/x".to_owned());
         let plan = Plan::from_facts(
-            Some("postgres://u:pw@db/x".into()),
+            named_server(&env),
             Ok("/var/run/docker.sock".into()),
             LOCAL_IMAGE.to_owned(),
             Some(17),
         );
-        assert_eq!(plan.server, Server::Url("postgres://u:pw@db/x".into()));
+        assert_eq!(
+            plan.server,
+            Server::Named {
+                by: "TENURE_PG_URL".into(),
+                shown: "postgres://u:***@db/x".into()
+            }
+        );
         assert!(!plan.said.contains("pw"), "{}", plan.said);
         assert_eq!(plan.label(), "TENURE_PG_URL, PostgreSQL 17");
+        let env = |name: &str| match name {
+            "PGHOST" => Some("db".to_owned()),
+            "PGPASSWORD" => Some("pw".to_owned()),
+            _ => None,
+        };
+        let (by, shown) = named_server(&env).unwrap();
+        assert_eq!(by, "from libpq's PG* variables");
+        assert!(!shown.contains("pw"), "{shown}");
     }
 
     #[test]
@@ -512,18 +547,5 @@ mod tests {
             percent_encode(r#"{"label":["a=b"]}"#),
             "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D"
         );
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact("postgres://app:s3cret@db:5432/x"),
-            "postgres://app:***@db:5432/x"
-        );
-        assert_eq!(
-            redact("postgres://postgres@127.0.0.1/x"),
-            "postgres://postgres@127.0.0.1/x"
-        );
-        assert_eq!(redact("host=db user=app"), "host=db user=app");
     }
 }

@@ -5,9 +5,9 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use tenure_ports::EventStorage;
-use tenure_postgres::{SchemaMode, redact};
+use tenure_postgres::SchemaMode;
 
-use crate::backend::open_postgres;
+use crate::backend::{Target, open_postgres};
 
 /// Prints the DDL of the lease tables for `prefix`.
 pub fn ddl(prefix: &str) -> anyhow::Result<()> {
@@ -16,8 +16,8 @@ pub fn ddl(prefix: &str) -> anyhow::Result<()> {
 }
 
 /// Applies `mode` (ensure or validate) to the lease tables, and says so.
-pub async fn schema(url: &str, prefix: &str, mode: SchemaMode) -> anyhow::Result<()> {
-    let storage = open_postgres(url, prefix, mode, 1).await?;
+pub async fn schema(target: &Target, prefix: &str, mode: SchemaMode) -> anyhow::Result<()> {
+    let storage = open_postgres(target, prefix, mode, 1).await?;
     let _ = storage.close().await;
     let done = match mode {
         SchemaMode::Ensure => "are in place",
@@ -25,7 +25,7 @@ pub async fn schema(url: &str, prefix: &str, mode: SchemaMode) -> anyhow::Result
     };
     write_stdout(&format!(
         "the lease tables {prefix}leases and {prefix}lease_contenders {done} at {}\n",
-        redact(url)
+        target.shown
     ))
 }
 

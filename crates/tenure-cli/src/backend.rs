@@ -6,96 +6,89 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::EventStorage;
-use tenure_postgres::{PostgresEventStorage, PostgresEventStorageBuilder, SchemaMode, redact};
+use tenure_postgres::tenure_conninfo::{self, LIBPQ_VARIABLES, URL_VARIABLES};
+use tenure_postgres::{PostgresEventStorage, PostgresEventStorageBuilder, SchemaMode};
 
-/// Passwords seen on the command line or in the environment; [`scrub`] hides them.
+/// Secrets seen on the command line, in the environment or in the password file; [`scrub`]
+/// hides them.
 static SECRETS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// Remembers the password of every argument (and of `TENURE_DATABASE_URL`) that looks like
-/// a connection string, before anything can be printed.
+/// Remembers every secret of the arguments (any of them may be a connection string) and of the
+/// variables that may name a server, before anything can be printed.
 pub fn remember_secrets(args: impl IntoIterator<Item = std::ffi::OsString>) {
-    let env = std::env::var_os("TENURE_DATABASE_URL");
-    for arg in args.into_iter().chain(env) {
-        let text = arg.to_string_lossy();
-        if let Some(password) = password_of(&text) {
-            let mut secrets = SECRETS.lock().unwrap_or_else(PoisonError::into_inner);
-            secrets.push(percent_decode(&password));
-            secrets.push(password);
+    let vars = URL_VARIABLES.iter().filter_map(std::env::var_os);
+    for arg in args.into_iter().chain(vars) {
+        for secret in tenure_conninfo::secrets(&arg.to_string_lossy()) {
+            remember(secret);
+        }
+    }
+    for (variable, key) in LIBPQ_VARIABLES {
+        if *key == "password"
+            && let Some(value) = std::env::var_os(variable)
+        {
+            remember(value.to_string_lossy().into_owned());
         }
     }
 }
 
-/// `text` with every remembered password replaced by `***`.
+fn remember(secret: String) {
+    if !secret.is_empty() {
+        let mut secrets = SECRETS.lock().unwrap_or_else(PoisonError::into_inner);
+        if !secrets.contains(&secret) {
+            secrets.push(secret);
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+}
+
+/// `text` with every remembered secret replaced by `***`.
 pub fn scrub(text: &str) -> String {
     let secrets = SECRETS.lock().unwrap_or_else(PoisonError::into_inner);
-    secrets
-        .iter()
-        .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |text, secret| {
-            text.replace(secret.as_str(), "***")
-        })
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), "***")
+    })
 }
 
-/// The password of a URL (`scheme://user:password@host`) or of a key/value connection string
-/// (`password=...`).
-fn password_of(text: &str) -> Option<String> {
-    if let Some(scheme_end) = text.find("://") {
-        let rest = &text[scheme_end + 3..];
-        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-        let userinfo = &authority[..authority.rfind('@')?];
-        let (_, password) = userinfo.split_once(':')?;
-        return Some(password.to_owned());
+/// A server, as named by `--database-url` or the environment ([`tenure_conninfo::resolve`]).
+pub struct Target {
+    /// The parameters to connect with, as a string for the builder (secrets included).
+    conninfo: String,
+    /// How messages name it, secrets hidden, and where it came from.
+    pub shown: String,
+}
+
+/// Finds the server: `explicit`, else `TENURE_DATABASE_URL`, else `DATABASE_URL`, else libpq's
+/// variables. The error names the variables tried.
+pub fn target(explicit: Option<&str>) -> anyhow::Result<Target> {
+    let found = tenure_conninfo::resolve(explicit)?;
+    if let Some(password) = found.info.password() {
+        // From the password file, perhaps: it must not be printed either.
+        remember(password.to_owned());
     }
-    let start = text.find("password=")? + "password=".len();
-    let value = &text[start..];
-    let value = match value.strip_prefix('\'') {
-        Some(quoted) => &quoted[..quoted.find('\'').unwrap_or(quoted.len())],
-        None => &value[..value.find(char::is_whitespace).unwrap_or(value.len())],
-    };
-    Some(value.to_owned())
+    Ok(Target {
+        conninfo: found.info.to_key_value_string(),
+        shown: found.to_string(),
+    })
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Opens the PostgreSQL storage at `url`, applying `mode` to the lease tables.
+/// Opens the PostgreSQL storage at `target`, applying `mode` to the lease tables.
 pub async fn open_postgres(
-    url: &str,
+    target: &Target,
     prefix: &str,
     mode: SchemaMode,
     pool_size: usize,
 ) -> anyhow::Result<PostgresEventStorage> {
-    build_postgres(postgres_builder(url, prefix, mode, pool_size), url).await
+    build_postgres(postgres_builder(target, prefix, mode, pool_size), target).await
 }
 
 fn postgres_builder(
-    url: &str,
+    target: &Target,
     prefix: &str,
     mode: SchemaMode,
     pool_size: usize,
 ) -> PostgresEventStorageBuilder {
     PostgresEventStorage::builder()
-        .url(url)
+        .url(target.conninfo.as_str())
         .prefix(prefix)
         .schema_mode(mode)
         .pool_size(pool_size)
@@ -104,12 +97,12 @@ fn postgres_builder(
 
 async fn build_postgres(
     builder: PostgresEventStorageBuilder,
-    url: &str,
+    target: &Target,
 ) -> anyhow::Result<PostgresEventStorage> {
     builder
         .build()
         .await
-        .with_context(|| format!("opening the lease tables at {}", redact(url)))
+        .with_context(|| format!("opening the lease tables at {}", target.shown))
 }
 
 /// Where the demo runs: the storage, a few words naming it, the lease (also the name of the
@@ -133,13 +126,14 @@ pub fn memory_for_demo() -> DemoStore {
 
 /// The demo on PostgreSQL: a lease, a bookmark and a stream of its own, so that every run
 /// starts at token 1 with no orders.
-pub async fn postgres_for_demo(url: &str, prefix: &str) -> anyhow::Result<DemoStore> {
+pub async fn postgres_for_demo(url: Option<&str>, prefix: &str) -> anyhow::Result<DemoStore> {
+    let target = target(url)?;
     // The processors read in a loop, every few hundred milliseconds: an event that an older
     // transaction still hides is read at the next turn, so a read need not wait for it (and
     // a read that waits would hold up a graceful handover).
     let builder =
-        postgres_builder(url, prefix, SchemaMode::Ensure, 8).visibility_wait(Duration::ZERO);
-    let storage = build_postgres(builder, url).await?;
+        postgres_builder(&target, prefix, SchemaMode::Ensure, 8).visibility_wait(Duration::ZERO);
+    let storage = build_postgres(builder, &target).await?;
     let suffix = std::hash::BuildHasher::hash_one(
         &std::hash::RandomState::new(),
         std::time::SystemTime::now(),
@@ -147,7 +141,7 @@ pub async fn postgres_for_demo(url: &str, prefix: &str) -> anyhow::Result<DemoSt
     let suffix = format!("{:08x}", suffix & 0xffff_ffff);
     Ok(DemoStore {
         storage: Arc::new(storage),
-        backend: format!("PostgreSQL at {} (tables {prefix}*)", redact(url)),
+        backend: format!("PostgreSQL at {} (tables {prefix}*)", target.shown),
         lease: format!("demo-order-dispatcher-{suffix}"),
         orders: format!("demo-orders-{suffix}"),
     })
@@ -158,16 +152,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_found_and_scrubbed() {
-        assert_eq!(password_of("postgres://u:pw@h/db").as_deref(), Some("pw"));
-        assert_eq!(password_of("postgres://u@h/db"), None);
+    fn remembered_secrets_are_scrubbed_in_every_form() {
+        remember_secrets([
+            "postgres://u:s3cr%40t@h/db".into(),
+            "host=h password='k v'".into(),
+        ]);
         assert_eq!(
-            password_of("host=h password=pw user=u").as_deref(),
-            Some("pw")
+            scrub("failed: s3cr@t and s3cr%40t, k v"),
+            "failed: *** and ***, ***"
         );
-        assert_eq!(password_of("host=h password='a b'").as_deref(), Some("a b"));
-        assert_eq!(percent_decode("p%40ss"), "p@ss");
-        remember_secrets(["postgres://u:s3cr%40t@h/db".into()]);
-        assert_eq!(scrub("failed: s3cr@t and s3cr%40t"), "failed: *** and ***");
     }
 }

@@ -13,15 +13,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde::Serialize;
 use tenure_ports::{Contender, EventStorage, Lease, LeaseSnapshot, Timestamp};
-use tenure_postgres::{PostgresEventStorage, SchemaMode, redact};
+use tenure_postgres::{PostgresEventStorage, SchemaMode};
 
 use crate::admin::write_stdout;
-use crate::backend::open_postgres;
+use crate::backend::{Target, open_postgres};
 use crate::duration::human;
 
 /// What `tenure leases` was asked for.
 pub struct LeasesOptions {
-    pub url: String,
+    pub target: Target,
     pub prefix: String,
     pub json: bool,
     /// Refresh every this long until interrupted.
@@ -30,8 +30,8 @@ pub struct LeasesOptions {
 
 /// Prints the leases once, or every `watch` interval until Ctrl-C (or SIGTERM).
 pub async fn leases(options: LeasesOptions) -> anyhow::Result<()> {
-    let storage = open_postgres(&options.url, &options.prefix, SchemaMode::Validate, 2).await?;
-    let target = redact(&options.url);
+    let storage = open_postgres(&options.target, &options.prefix, SchemaMode::Validate, 2).await?;
+    let target = options.target.shown.clone();
     let outcome = match options.watch {
         None => match read(&storage).await {
             Ok(view) => render(&view, options.json, &target).and_then(|text| write_stdout(&text)),

@@ -18,6 +18,7 @@ mod duration;
 mod guard;
 mod leases;
 mod metrics;
+mod permanent;
 mod reaper;
 mod run;
 mod tree;
@@ -68,9 +69,11 @@ struct DemoArgs {
     /// The lease ttl; the whole story scales with it (it takes about 5 ttls).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     ttl: Duration,
-    /// Run the story on PostgreSQL (a connection URL) instead of the in-memory store.
-    #[arg(long, value_name = "URL")]
-    postgres: Option<String>,
+    /// Run the story on PostgreSQL instead of the in-memory store: at URL (a URL or a
+    /// key/value string), or, with no value, the server the environment names
+    /// (TENURE_DATABASE_URL, DATABASE_URL, libpq's PG* variables).
+    #[arg(long, value_name = "URL", num_args = 0..=1)]
+    postgres: Option<Option<String>>,
     /// The table prefix on PostgreSQL.
     #[arg(long, default_value = tenure_postgres::DEFAULT_PREFIX, requires = "postgres")]
     prefix: String,
@@ -79,14 +82,11 @@ struct DemoArgs {
 /// Where the leases are.
 #[derive(Args, Debug, Clone)]
 struct DbArgs {
-    /// The PostgreSQL connection URL.
-    #[arg(
-        long,
-        env = "TENURE_DATABASE_URL",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
-    pub(crate) database_url: String,
+    /// The PostgreSQL server: a URL (postgres://user@host/db?sslmode=verify-full) or a
+    /// key/value string (host=db user=app). Default: TENURE_DATABASE_URL, else DATABASE_URL,
+    /// else libpq's PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT.
+    #[arg(long, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
     /// The prefix of the lease tables.
     #[arg(long, default_value = tenure_postgres::DEFAULT_PREFIX)]
     pub(crate) prefix: String,
@@ -186,7 +186,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("off", Some(demo::NarrationLayer::new(narrator.clone())));
             let store = match &args.postgres {
                 None => backend::memory_for_demo(),
-                Some(url) => backend::postgres_for_demo(url, &args.prefix).await?,
+                Some(url) => backend::postgres_for_demo(url.as_deref(), &args.prefix).await?,
             };
             let options = demo::DemoOptions {
                 ttl: args.ttl,
@@ -208,7 +208,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Leases(args) => {
             init_logging("warn", None);
             leases::leases(leases::LeasesOptions {
-                url: args.db.database_url,
+                target: backend::target(args.db.database_url.as_deref())?,
                 prefix: args.db.prefix,
                 json: args.json,
                 watch: args.watch,
@@ -226,7 +226,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 SchemaAction::Ensure(db) => (db, tenure_postgres::SchemaMode::Ensure),
                 SchemaAction::Validate(db) => (db, tenure_postgres::SchemaMode::Validate),
             };
-            admin::schema(&db.database_url, &db.prefix, mode).await?;
+            let target = backend::target(db.database_url.as_deref())?;
+            admin::schema(&target, &db.prefix, mode).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Guard(_) | Command::Reaper(_) => {

@@ -156,7 +156,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         say(format_args!("cannot become a subreaper ({error})"));
     }
     let mut signals = Signals::new()?;
-    let storage = open_postgres(&args.db.database_url, &args.db.prefix, args.schema, 2).await?;
+    let target = crate::backend::target(args.db.database_url.as_deref())?;
+    let storage = open_postgres(&target, &args.db.prefix, args.schema, 2).await?;
+    let (storage, mut permanent) = crate::permanent::watch(storage);
     let elector = LeaderElector::start_validated(Arc::new(storage), config.clone())?;
     say(format_args!(
         "waiting for lease {} as {} (priority {}, ttl {})",
@@ -172,6 +174,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             let _ = elector.shutdown().await;
             say(format_args!("received {} while standing by; withdrew from the election", signal.name()));
             return Ok(ExitCode::from(128 + signal.number()));
+        }
+        why = permanent.wait_for(Option::is_some) => {
+            let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+            let _ = elector.shutdown().await;
+            bail!("gave up on lease {}: no retry can succeed: {why}", config.lease_name());
         }
     };
     say(format_args!(

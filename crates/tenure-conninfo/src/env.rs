@@ -9,6 +9,14 @@ use crate::redact::redact;
 /// The variables that hold a whole connection string, in the order [`resolve`] tries them.
 pub const URL_VARIABLES: &[&str] = &["TENURE_DATABASE_URL", "DATABASE_URL"];
 
+/// The variables that name the server of Tenure's own test suite (`tenure-pg-test`, `cargo
+/// xtask`), in order: [`URL_VARIABLES`] with `TENURE_PG_URL`, the suite's former variable
+/// (deprecated, still read), right after `TENURE_DATABASE_URL`.
+pub const TEST_URL_VARIABLES: &[&str] = &["TENURE_DATABASE_URL", "TENURE_PG_URL", "DATABASE_URL"];
+
+/// The libpq variables that, alone, name a server (see [`LIBPQ_VARIABLES`]).
+pub const NAMING_VARIABLES: &[&str] = NAMING;
+
 /// libpq's variables and the parameter each sets, as [`resolve`] reads them: they name a
 /// server when nothing else does (any of `PGHOST`, `PGHOSTADDR`, `PGPORT`, `PGUSER`,
 /// `PGDATABASE` set), and otherwise fill in what the chosen string leaves out, as psql does.

@@ -45,8 +45,8 @@ mod parse;
 mod redact;
 
 pub use env::{
-    LIBPQ_VARIABLES, PASSFILE_VARIABLE, ResolveError, Resolved, Source, URL_VARIABLES, resolve,
-    resolve_with,
+    LIBPQ_VARIABLES, NAMING_VARIABLES, PASSFILE_VARIABLE, ResolveError, Resolved, Source,
+    TEST_URL_VARIABLES, URL_VARIABLES, resolve, resolve_with,
 };
 pub use parse::{ConnInfo, ParseError, SslMode};
 pub use redact::{redact, scrub, secrets};

@@ -1,5 +1,5 @@
 //! The fencing guard under concurrency, and the PostgreSQL recipes from its docs against a
-//! real PostgreSQL (found by `tenure-pg-test`: `TENURE_PG_URL`, or the local server).
+//! real PostgreSQL (found by `tenure-pg-test`: `TENURE_DATABASE_URL`, or the local server).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -91,6 +91,33 @@ impl Cluster {
         Ok(())
     }
 
+    /// Gives the server the certificate and key of `ca` and turns TLS on (`ssl = on`), at the
+    /// next start or [reload](Self::reload).
+    pub fn enable_tls(&self, ca: &crate::tls::TestCa) -> Result<(), String> {
+        let data = self.dir.join("data");
+        crate::tls::install_private(&ca.server_cert(), &data.join("server.crt"))?;
+        crate::tls::install_private(&ca.server_key(), &data.join("server.key"))?;
+        if is_root() {
+            run(Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(data.join("server.crt"))
+                .arg(data.join("server.key")))?;
+        }
+        self.configure(&[("ssl", "on")])
+    }
+
+    /// Makes TCP connections authenticate with a password (`scram-sha-256`), at the next start
+    /// or [reload](Self::reload); connections on the cluster's Unix socket stay trusted.
+    pub fn require_passwords(&self) -> Result<(), String> {
+        let path = self.dir.join("data").join("pg_hba.conf");
+        std::fs::write(
+            &path,
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n\
+             host all all ::1/128 scram-sha-256\n",
+        )
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
     /// Makes a running server read its configuration again (`pg_ctl reload`).
     pub fn reload(&self) -> Result<(), String> {
         self.tool("pg_ctl", &["-D", &self.data(), "reload"])

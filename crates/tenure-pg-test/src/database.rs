@@ -45,8 +45,15 @@ impl Drop for TempDatabase {
     }
 }
 
-/// `url` (a `postgres://` URL) pointing at database `name` instead, query string kept.
+/// `url` (a `postgres://` URL, query string kept, or a key/value string) pointing at database
+/// `name` instead.
 pub fn with_database(url: &str, name: &str) -> String {
+    if !url.contains("://")
+        && let Ok(mut info) = tenure_conninfo::ConnInfo::parse(url)
+    {
+        info.set("dbname", name);
+        return info.to_key_value_string();
+    }
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let base = match base[scheme_end..].find('/') {
@@ -57,6 +64,19 @@ pub fn with_database(url: &str, name: &str) -> String {
         format!("{base}/{name}")
     } else {
         format!("{base}/{name}?{query}")
+    }
+}
+
+/// `url` (a URL or a key/value string) with `user` as the user and no password, as a
+/// key/value string.
+pub fn with_user(url: &str, user: &str) -> String {
+    match tenure_conninfo::ConnInfo::parse(url) {
+        Ok(mut info) => {
+            info.remove("password");
+            info.set("user", user);
+            info.to_key_value_string()
+        }
+        Err(_) => format!("{url} user={user}"),
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! [`server`] finds a PostgreSQL server for a test run, in this order:
 //!
-//! 1. the server named by the `TENURE_PG_URL` environment variable;
+//! 1. the server named by the environment, as the `tenure` command reads it:
+//!    `TENURE_DATABASE_URL`, else `TENURE_PG_URL` (its old, deprecated name for the tests),
+//!    else `DATABASE_URL`, else libpq's `PG*` variables ([`URL_VARIABLES`]);
 //! 2. a container started through testcontainers, when this crate is built with the `docker`
 //!    feature and a Docker engine answers on its socket (`DOCKER_HOST`, or
 //!    `/var/run/docker.sock`);
@@ -30,10 +32,11 @@ mod container;
 mod database;
 mod server;
 mod settings;
+pub mod tls;
 
-pub use database::{TempDatabase, with_database};
+pub use database::{TempDatabase, with_database, with_user};
 pub use server::{LOCAL_URL, Origin, Server, find, required_server, server};
-pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source};
+pub use settings::{DEFAULT_IMAGE, DEFAULT_VERSION, Settings, Source, URL_VARIABLES};
 
 #[cfg(feature = "docker")]
 pub use container::{OWNER_LABEL, RUN_LABEL};
@@ -56,14 +59,68 @@ mod container {
     }
 }
 
+/// The secret the strings of [`secret_forms`] hide, as written and as decoded.
+pub const SECRET: &str = "Sx3cr3t-Pw";
+/// The percent-encoded secret of [`secret_forms`] (`p%40ss-Sx9`), and decoded (`p@ss-Sx9`).
+pub const ENCODED_SECRET: [&str; 2] = ["p%40ss-Sx9", "p@ss-Sx9"];
+
+/// Connection strings for the server at `host:port` (user and database `postgres`) holding a
+/// password in each form a string can: a URL's user-info, a `password=` query parameter, a
+/// key/value `password` unquoted and quoted, each percent-encoded where a URL allows it. For
+/// the tests that check that no output shows a password ([`SECRET`], [`ENCODED_SECRET`]).
+pub fn secret_forms(host: &str, port: u16) -> Vec<String> {
+    let [encoded, _] = ENCODED_SECRET;
+    vec![
+        format!("postgres://postgres:{SECRET}@{host}:{port}/postgres"),
+        format!("postgres://postgres@{host}:{port}/postgres?password={SECRET}"),
+        format!("host={host} port={port} user=postgres dbname=postgres password={SECRET}"),
+        format!("host={host} port={port} user=postgres password='{SECRET} x\\y' dbname=postgres"),
+        format!("postgresql://postgres:{encoded}@{host}:{port}/postgres"),
+        format!("postgres://postgres@{host}:{port}/postgres?%70assword={encoded}"),
+    ]
+}
+
+/// Whether `text` shows any form of the secrets of [`secret_forms`].
+pub fn shows_a_secret(text: &str) -> bool {
+    text.contains(SECRET) || ENCODED_SECRET.iter().any(|s| text.contains(s))
+}
+
 /// A connection to `url`, driven by a task on the current tokio runtime.
+///
+/// TLS as `sslmode` and `sslrootcert` ask, with the storage's own connector
+/// (`tenure_postgres::tokio_postgres_config`); a string that connector refuses is handed to
+/// tokio-postgres as it is, for its own error.
 pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let tls = tenure_conninfo::ConnInfo::parse(url)
+        .ok()
+        .and_then(|mut info| {
+            // Not counted among the storage's own connections (`tenure`).
+            if info.get("application_name").is_none() {
+                info.set("application_name", "tenure-pg-test");
+            }
+            tenure_postgres::tokio_postgres_config(&info, CONNECT_TIMEOUT).ok()
+        });
+    let client = match tls {
+        Some((config, tls)) => {
+            let (client, connection) = config.connect(tls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        }
+        None => {
+            let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        }
+    };
     Ok(client)
 }
+
+/// The bound on connecting, for the helpers' own connections.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A name no other test (in this process or another) uses: `<tag>_<pid>_<n>_<random>`, in
 /// lowercase ASCII, usable as an identifier or a prefix part. Keep `tag` short.
@@ -228,27 +285,6 @@ where
     .map_err(|_| "the thread of a detached call panicked".to_owned())?
 }
 
-/// `url` with the password of a `scheme://user:password@host` URL replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return "(a key/value connection string)".to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => match rest[..at].find(':') {
-            Some(colon) => format!(
-                "{}{}:***{}",
-                &url[..scheme_end + 3],
-                &rest[..colon],
-                &rest[at..]
-            ),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,12 +299,5 @@ mod tests {
             a.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         );
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert!(!redact("host=h password=pw").contains("pw"));
     }
 }

@@ -14,7 +14,8 @@ pub const LOCAL_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// Where the server of this test run comes from.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Origin {
-    /// `TENURE_PG_URL`.
+    /// Named by the environment: `TENURE_DATABASE_URL`, `TENURE_PG_URL` (deprecated),
+    /// `DATABASE_URL` or libpq's `PG*` variables ([`crate::settings::URL_VARIABLES`]).
     Environment,
     /// A container started for this process through testcontainers.
     Container,
@@ -22,8 +23,8 @@ pub enum Origin {
     Local,
 }
 
-/// A PostgreSQL server to test against.
-#[derive(Clone, Debug)]
+/// A PostgreSQL server to test against. Its `Debug` output hides the password.
+#[derive(Clone)]
 pub struct Server {
     /// Its connection string (it may carry a password: print [`Server::redacted_url`]).
     pub url: String,
@@ -33,10 +34,20 @@ pub struct Server {
     pub version: String,
 }
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("url", &self.redacted_url())
+            .field("origin", &self.origin)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
 impl Server {
     /// The connection string with its password, if any, replaced by `***`.
     pub fn redacted_url(&self) -> String {
-        crate::redact(&self.url)
+        tenure_conninfo::redact(&self.url)
     }
 
     /// A new connection, driven on the current tokio runtime.
@@ -67,13 +78,19 @@ pub fn server() -> Result<&'static Server, String> {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
     SERVER
         .get_or_init(|| {
-            let found = Settings::from_env().and_then(|settings| find(&settings));
-            let line = match &found {
+            let settings = Settings::from_env();
+            let found = settings.as_ref().map_err(Clone::clone).and_then(find);
+            let named_by = settings
+                .as_ref()
+                .ok()
+                .and_then(|s| s.named_by.clone())
+                .unwrap_or_default();
+            let mut line = match &found {
                 Ok(server) => format!(
                     "tenure-pg-test: using PostgreSQL {} from {} ({})",
                     server.version,
                     match server.origin {
-                        Origin::Environment => "TENURE_PG_URL",
+                        Origin::Environment => named_by.as_str(),
                         Origin::Container => "a container started for this process",
                         Origin::Local => "the local server on 127.0.0.1:5432",
                     },
@@ -81,6 +98,11 @@ pub fn server() -> Result<&'static Server, String> {
                 ),
                 Err(message) => format!("tenure-pg-test: {message}"),
             };
+            if settings.as_ref().is_ok_and(Settings::deprecated_variable) {
+                line.push_str(
+                    "\ntenure-pg-test: TENURE_PG_URL is deprecated: set TENURE_DATABASE_URL",
+                );
+            }
             // Written to the stream itself: `eprintln!` would land in the capture of whichever
             // test happened to ask first.
             use std::io::Write as _;
@@ -94,8 +116,13 @@ pub fn server() -> Result<&'static Server, String> {
 /// Finds a server as `settings` ask, then checks that it answers and has the version asked.
 pub fn find(settings: &Settings) -> Result<Server, String> {
     let (url, origin) = locate(settings)?;
-    let version = server_version(&url)
-        .map_err(|e| format!("the server at {} does not answer: {e}", crate::redact(&url)))?;
+    let version = server_version(&url).map_err(|e| {
+        format!(
+            "the server at {} does not answer: {}",
+            tenure_conninfo::redact(&url),
+            tenure_conninfo::scrub(&e, &url)
+        )
+    })?;
     if let Some(wanted) = settings.version {
         let major = version
             .split(['.', ' '])
@@ -104,7 +131,7 @@ pub fn find(settings: &Settings) -> Result<Server, String> {
         if major != Some(wanted) {
             return Err(format!(
                 "TENURE_PG_VERSION={wanted}, but the server at {} runs PostgreSQL {version}",
-                crate::redact(&url)
+                tenure_conninfo::redact(&url)
             ));
         }
     }
@@ -160,7 +187,8 @@ fn auto(settings: &Settings) -> Result<(String, Origin), String> {
         return Ok((url, Origin::Local));
     }
     Err(format!(
-        "no PostgreSQL server to test against. Set TENURE_PG_URL to a server's URL; or build \
+        "no PostgreSQL server to test against. Set TENURE_DATABASE_URL (or DATABASE_URL, or \
+         libpq's PGHOST, PGPORT, PGUSER, PGDATABASE) to name a server; or build \
          with `--features tenure-pg-test/docker` on a machine where a Docker engine answers{}; \
          or start a local server on 127.0.0.1:5432 with user postgres (on Debian: \
          pg_ctlcluster <version> main start). docs/testing.md tells more",
@@ -214,6 +242,7 @@ mod tests {
     fn the_local_source_uses_the_local_server() {
         let settings = Settings {
             url: None,
+            named_by: None,
             source: Source::Local,
             version: None,
             image: "no-such-image".to_owned(),
@@ -229,6 +258,7 @@ mod tests {
     fn a_server_of_another_version_is_refused() {
         let local = find(&Settings {
             url: None,
+            named_by: None,
             source: Source::Local,
             version: None,
             image: "unused".to_owned(),
@@ -238,6 +268,7 @@ mod tests {
         let major: u32 = local.version.split('.').next().unwrap().parse().unwrap();
         let err = find(&Settings {
             url: Some(local.url.clone()),
+            named_by: None,
             source: Source::Auto,
             version: Some(major + 1),
             image: "unused".to_owned(),
@@ -255,6 +286,7 @@ mod tests {
     fn a_url_overrides_the_source() {
         let server = find(&Settings {
             url: Some(LOCAL_URL.to_owned()),
+            named_by: None,
             source: Source::Container,
             version: None,
             image: "no-such-image".to_owned(),

@@ -1,6 +1,10 @@
 //! What the environment asks of the test server: the variables `cargo xtask` sets for the test
 //! processes it runs, read in one place.
 
+/// The variables that name the test server, in order: those of the `tenure` command, with
+/// `TENURE_PG_URL`, the old name of `TENURE_DATABASE_URL` for the tests, still read (deprecated).
+pub const URL_VARIABLES: &[&str] = tenure_conninfo::TEST_URL_VARIABLES;
+
 /// The image name used for containers unless `TENURE_PG_IMAGE` names another: the local image
 /// that `cargo xtask pg-image` builds (`images/postgres/build.sh`).
 pub const DEFAULT_IMAGE: &str = "tenure-postgres";
@@ -8,7 +12,8 @@ pub const DEFAULT_IMAGE: &str = "tenure-postgres";
 /// The PostgreSQL major version of a container unless `TENURE_PG_VERSION` asks for another.
 pub const DEFAULT_VERSION: u32 = 17;
 
-/// Which way of finding a server `TENURE_PG_SOURCE` asks for (`TENURE_PG_URL` overrides it).
+/// Which way of finding a server `TENURE_PG_SOURCE` asks for (a server named by the
+/// environment, [`URL_VARIABLES`], overrides it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// Unset or `auto`: a container when the `docker` feature is built in and an engine
@@ -23,8 +28,13 @@ pub enum Source {
 /// The settings of a test run, from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// `TENURE_PG_URL`: a server to use as it is (it overrides everything else).
+    /// The server the environment names, to use as it is (it overrides everything else):
+    /// `TENURE_DATABASE_URL`, else `TENURE_PG_URL` (its deprecated name), else `DATABASE_URL`,
+    /// else libpq's `PG*` variables (then as a key/value string), read by
+    /// `tenure_conninfo::resolve_with`, as the `tenure` command reads them.
     pub url: Option<String>,
+    /// Where [`url`](Self::url) came from (`TENURE_DATABASE_URL`, …, `libpq's PG* variables`).
+    pub named_by: Option<String>,
     /// `TENURE_PG_SOURCE`.
     pub source: Source,
     /// `TENURE_PG_VERSION`: the major version a container runs (its image tag), and the major
@@ -77,13 +87,20 @@ impl Settings {
                  TENURE_PG_VERSION gives the tag"
             ));
         }
+        let (url, named_by) = named_server(&var)?;
         Ok(Settings {
-            url: var("TENURE_PG_URL"),
+            url,
+            named_by,
             source,
             version,
             image,
             run: var("TENURE_PG_RUN"),
         })
+    }
+
+    /// Whether the server comes from the deprecated `TENURE_PG_URL`.
+    pub fn deprecated_variable(&self) -> bool {
+        self.named_by.as_deref() == Some("TENURE_PG_URL")
     }
 
     /// The image tag of a container: the major version.
@@ -94,6 +111,24 @@ impl Settings {
     /// `name:tag` of a container's image.
     pub fn image_reference(&self) -> String {
         format!("{}:{}", self.image, self.tag())
+    }
+}
+
+/// The server the environment names, if any, and where it came from.
+fn named_server(
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<String>, Option<String>), String> {
+    use tenure_conninfo::{ResolveError, Source};
+    match tenure_conninfo::resolve_with(None, URL_VARIABLES, var) {
+        Ok(found) => Ok(match found.source {
+            Source::Variable(name) => (var(&name), Some(name)),
+            other => (
+                Some(found.info.to_key_value_string()),
+                Some(other.to_string()),
+            ),
+        }),
+        Err(ResolveError::NoServer { .. }) => Ok((None, None)),
+        Err(err) => Err(err.to_string()),
     }
 }
 
@@ -129,6 +164,29 @@ mod tests {
         assert_eq!(settings.source, Source::Container);
         assert_eq!(settings.version, Some(15));
         assert_eq!(settings.url, None, "an empty URL counts as unset");
+        let named = |vars: &[(&str, &str)]| {
+            let s = parse(vars).unwrap();
+            (s.url, s.named_by)
+        };
+        let some = |u: &str, n: &str| (Some(u.to_owned()), Some(n.to_owned()));
+        assert_eq!(
+            named(&[
+                ("TENURE_PG_URL", "postgres://old/x"),
+                ("DATABASE_URL", "postgres://d/x")
+            ]),
+            some("postgres://old/x", "TENURE_PG_URL")
+        );
+        assert_eq!(
+            named(&[
+                ("TENURE_PG_URL", "postgres://old/x"),
+                ("TENURE_DATABASE_URL", "postgres://new/x")
+            ]),
+            some("postgres://new/x", "TENURE_DATABASE_URL")
+        );
+        assert_eq!(
+            named(&[("PGHOST", "h"), ("PGUSER", "u")]),
+            some("host='h' user='u'", "from libpq's PG* variables")
+        );
         assert_eq!(settings.image_reference(), "postgres:15");
         assert_eq!(
             parse(&[("TENURE_PG_SOURCE", "local")]).unwrap().source,

@@ -2,7 +2,7 @@
 //! the PostgreSQL figures each against plain SQL measured in the same run.
 //!
 //! `cargo bench -p tenure-postgres --bench events` (or `cargo xtask bench events`) finds its
-//! server as the tests do (`TENURE_PG_URL`, a container, or the local server), creates a prefix
+//! server as the tests do (`TENURE_DATABASE_URL`, a container, or the local server), creates a prefix
 //! of its own and drops it afterwards (its baseline tables included). It measures:
 //!
 //! * **appends**: events/s and appends/s with batches of 1 and of 100 events, 1 writer and 8
@@ -44,7 +44,6 @@ use tenure_postgres::PostgresEventStorage;
 use tenure_postgres::deadpool_postgres::tokio_postgres::Row;
 use tenure_postgres::deadpool_postgres::tokio_postgres::types::ToSql;
 use tenure_postgres::deadpool_postgres::{self, Pool};
-use tenure_postgres::tokio_postgres;
 
 const WRITERS: usize = 8;
 /// Slices per measurement, the sides interleaved slice by slice.
@@ -488,10 +487,14 @@ fn main() {
     let load_before = load_average();
     runtime.block_on(async {
         // One pool for the adapter and the baselines: the same client code path.
-        let config: tokio_postgres::Config = server.url.parse().unwrap();
+        // Connected as the storage connects (TLS as the string's sslmode asks).
+        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
+        let (config, tls) =
+            tenure_postgres::tokio_postgres_config(&info, std::time::Duration::from_secs(10))
+                .unwrap();
         let manager = deadpool_postgres::Manager::from_config(
             config,
-            tokio_postgres::NoTls,
+            tls,
             deadpool_postgres::ManagerConfig {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
             },

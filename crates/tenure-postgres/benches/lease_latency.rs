@@ -1,7 +1,7 @@
 //! How close a lease call comes to the floor, one round trip and one commit, on each driver.
 //!
 //! `cargo bench -p tenure-postgres --bench lease_latency` (or `cargo xtask bench postgres`)
-//! measures, in one run against one server (found as the tests find it: `TENURE_PG_URL`, a
+//! measures, in one run against one server (found as the tests find it: `TENURE_DATABASE_URL`, a
 //! container, or the local server):
 //!
 //! * **floor**: a single-row `UPDATE` in autocommit (prepared), over 1,000 rows, through a
@@ -38,7 +38,7 @@ use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::sqlx_0_9::postgres::PgPoolOptions;
 use tenure_postgres::sqlx_0_9::{self, PgPool};
-use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres, tokio_postgres};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres};
 
 const ROWS: usize = 1000;
 const CALLERS: usize = 8;
@@ -191,10 +191,14 @@ fn main() {
     runtime.block_on(async {
         // The application's pools, as an application would build them (and as the storage
         // builds its own from a URL): no ping before each checkout.
-        let config: tokio_postgres::Config = server.url.parse().unwrap();
+        // Connected as the storage connects (TLS as the string's sslmode asks).
+        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
+        let (config, tls) =
+            tenure_postgres::tokio_postgres_config(&info, std::time::Duration::from_secs(10))
+                .unwrap();
         let manager = deadpool_postgres::Manager::from_config(
             config,
-            tokio_postgres::NoTls,
+            tls,
             deadpool_postgres::ManagerConfig {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
             },

@@ -9,9 +9,9 @@ use tenure_ports::{BoxError, EventStorageError};
 
 use crate::connection::{Driver, Link, UrlError};
 use crate::prefix::{DEFAULT_PREFIX, PrefixError, TablePrefix};
-use crate::redact::redact;
 use crate::schema::{self, SchemaMode};
 use crate::storage::{Adapter, Engine, PostgresDriver, PostgresEventStorage, on_adapter};
+use tenure_conninfo::{ResolveError, redact};
 
 /// The default pool size for a pool built from a URL.
 pub const DEFAULT_POOL_SIZE: usize = 8;
@@ -26,6 +26,7 @@ pub const DEFAULT_SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 enum Source {
     None,
     Url(String),
+    Environment,
     Pool(ApplicationPool),
 }
 
@@ -127,6 +128,7 @@ impl fmt::Debug for PostgresEventStorageBuilder {
         let source = match &self.source {
             Source::None => "none".to_owned(),
             Source::Url(url) => redact(url),
+            Source::Environment => "the environment".to_owned(),
             Source::Pool(pool) => format!("an existing {} pool", pool.driver()),
         };
         f.debug_struct("PostgresEventStorageBuilder")
@@ -158,14 +160,26 @@ impl Default for PostgresEventStorageBuilder {
 }
 
 impl PostgresEventStorageBuilder {
-    /// Connect with a connection string: a URL (`postgres://user:password@host:5432/db`), or,
-    /// on the deadpool driver, libpq key/value pairs. The storage builds and owns its pool, on
-    /// the [`driver`](Self::driver) chosen (without TLS: to use TLS, build a pool with your
-    /// connector and pass it to [`pool`](Self::pool)). Unless the string sets it,
-    /// `application_name` is `tenure`; connecting is bounded by the call timeout.
+    /// Connect with a connection string: a URL (`postgres://user:password@host:5432/db`) or
+    /// libpq key/value pairs (`host=db user=app sslmode=verify-full`), read by
+    /// [`tenure_conninfo`]. As in libpq, the `PG*` variables (and the password file) fill in
+    /// what the string leaves out. The storage builds and owns its pool, on the
+    /// [`driver`](Self::driver) chosen, with TLS as `sslmode` asks (see `docs/postgres.md`,
+    /// "Connecting"). Unless the string sets it, `application_name` is `tenure`; connecting is
+    /// bounded by the call timeout.
     #[must_use]
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.source = Source::Url(url.into());
+        self
+    }
+
+    /// Connect to the server the environment names, as the `tenure` command does:
+    /// `TENURE_DATABASE_URL`, else `DATABASE_URL`, else libpq's `PG*` variables
+    /// ([`tenure_conninfo::resolve`]). Building fails with [`BuildError::NoServer`], naming the
+    /// variables tried, when none is set.
+    #[must_use]
+    pub fn url_from_env(mut self) -> Self {
+        self.source = Source::Environment;
         self
     }
 
@@ -287,40 +301,54 @@ impl PostgresEventStorageBuilder {
                 };
                 (engine, target)
             }
-            Source::Url(url) => {
+            Source::Url(_) | Source::Environment => {
                 if self.pool_size == 0 {
                     return Err(BuildError::Setting {
                         name: "pool_size",
                         reason: "must be at least 1".into(),
                     });
                 }
+                let explicit = match &self.source {
+                    Source::Url(url) => Some(url.as_str()),
+                    _ => None,
+                };
+                let found = tenure_conninfo::resolve(explicit).map_err(|e| match e {
+                    ResolveError::Invalid { error, .. } => BuildError::Url {
+                        url: explicit.map_or_else(|| "from the environment".to_owned(), redact),
+                        reason: error.to_string(),
+                    },
+                    other => BuildError::NoServer(other),
+                })?;
                 let (size, timeout) = (self.pool_size, self.call_timeout);
                 let url_error = |e: UrlError| match e {
                     UrlError::Url(reason) => BuildError::Url {
-                        url: redact(&url),
+                        url: found.shown.clone(),
                         reason,
                     },
                     UrlError::Pool(err) => BuildError::Pool(err),
                 };
+                let info = &found.info;
                 let engine = match self.driver {
                     #[cfg(feature = "deadpool")]
                     PostgresDriver::Deadpool => Engine::Deadpool(
                         settings.adapter(
-                            crate::connection::deadpool::Deadpool::from_url(&url, size, timeout)
-                                .map_err(url_error)?,
+                            crate::connection::deadpool::Deadpool::from_conninfo(
+                                info, size, timeout,
+                            )
+                            .map_err(url_error)?,
                             true,
                         ),
                     ),
                     #[cfg(feature = "sqlx-0_9")]
                     PostgresDriver::Sqlx09 => Engine::Sqlx09(
                         settings.adapter(
-                            crate::connection::sqlx::Sqlx::from_url(&url, size, timeout)
+                            crate::connection::sqlx::Sqlx::from_conninfo(info, size, timeout)
                                 .map_err(url_error)?,
                             true,
                         ),
                     ),
                 };
-                (engine, redact(&url))
+                (engine, found.shown.clone())
             }
         };
         let storage = PostgresEventStorage::new(engine, target);
@@ -385,6 +413,10 @@ pub enum BuildError {
         /// What is wrong with it (password scrubbed).
         reason: String,
     },
+    /// Nothing names a server ([`url_from_env`](PostgresEventStorageBuilder::url_from_env)):
+    /// the message names the variables tried.
+    #[error(transparent)]
+    NoServer(ResolveError),
     /// A setting is out of range.
     #[error("invalid setting {name}: {reason}")]
     Setting {

@@ -7,11 +7,9 @@
 //! the outcome of a call unknown (a lost connection, a server shutting down, a timeout, an
 //! exhausted pool) is `Unavailable`; a missing table or function is `Schema`; anything else the
 //! server refuses is `Internal`. No message ever contains a password: connection strings are
-//! passed through `redact` first, and the drivers' own errors never contain one.
+//! passed through `tenure_conninfo::redact` first, and the drivers' own errors never contain one.
 
 use tenure_ports::{BoxError, EventStorageError};
-
-use crate::redact::{find_password_key, skip_value};
 
 /// The SQLSTATE raised by the lease functions when a lease's fencing tokens are exhausted.
 const TOKENS_EXHAUSTED: &str = "TN001";
@@ -74,8 +72,13 @@ impl Failure {
 
     /// The error a call doing `what` reports.
     pub(crate) fn into_storage(self, what: &str) -> EventStorageError {
-        let (code, source) = match self {
-            Failure::Server { code, source, .. } => (code, source),
+        let (code, message, source) = match self {
+            Failure::Server {
+                code,
+                message,
+                source,
+                ..
+            } => (code, message, source),
             Failure::Connection(err) => {
                 return EventStorageError::unavailable_with(
                     format!("{what}: the connection to PostgreSQL failed; the outcome is unknown"),
@@ -104,12 +107,20 @@ impl Failure {
                 source,
             );
         }
-        // undefined_table, undefined_function, undefined_column, insufficient_privilege
-        if matches!(code.as_str(), "42P01" | "42883" | "42703" | "42501") {
+        // insufficient_privilege: which object, and what the storage needs on it.
+        if code == "42501" {
+            return EventStorageError::schema_with(
+                format!("{what}: {}", crate::schema::privileges::explain(&message)),
+                source,
+            );
+        }
+        // undefined_table, undefined_function, undefined_column
+        if matches!(code.as_str(), "42P01" | "42883" | "42703") {
             return EventStorageError::schema_with(
                 format!(
-                    "{what}: the tables or functions are missing, outdated, or not granted to \
-                     this role (see tenure_postgres::ddl and docs/postgres.md)"
+                    "{what}: {message}: the tables or functions are missing or outdated, or not \
+                     visible to this role (it lacks USAGE on their schema); check with \
+                     SchemaMode::Validate (see tenure_postgres::ddl and docs/postgres.md)"
                 ),
                 source,
             );
@@ -134,52 +145,6 @@ impl Failure {
             ),
         }
     }
-}
-
-/// `text` without the password `url` carries, if any (for driver messages about a bad URL).
-pub(crate) fn scrub(text: &str, url: &str) -> String {
-    scrub_secret(text, password_of(url).as_deref())
-}
-
-/// Removes every occurrence of `secret` from `text`.
-fn scrub_secret(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() => text.replace(secret, "***"),
-        _ => text.to_owned(),
-    }
-}
-
-/// The password a connection string carries, if any: a URL's userinfo or `password`
-/// parameter, or a key/value string's `password`, as written.
-fn password_of(url: &str) -> Option<String> {
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        if let Some(at) = authority.rfind('@')
-            && let Some((_, password)) = authority[..at].split_once(':')
-        {
-            return Some(password.to_owned());
-        }
-        let (_, query) = rest[authority_end..].split_once('?')?;
-        return query.split('&').find_map(|kv| {
-            kv.split_once('=')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("password"))
-                .map(|(_, v)| v.to_owned())
-        });
-    }
-    let at = find_password_key(url)?;
-    let after = &url[at..];
-    let value = after[after.find('=')? + 1..].trim_start();
-    let end = value.len() - skip_value(value).len();
-    let value = &value[..end];
-    Some(match value.strip_prefix('\'') {
-        Some(quoted) => {
-            let quoted = quoted.strip_suffix('\'').unwrap_or(quoted);
-            quoted.replace("\\'", "'").replace("\\\\", "\\")
-        }
-        None => value.to_owned(),
-    })
 }
 
 #[cfg(test)]
@@ -227,36 +192,5 @@ mod tests {
         assert!(server("23505").is_unique_violation_of("k"));
         assert!(!server("23505").is_unique_violation_of("j"));
         assert!(!server("23503").is_unique_violation_of("k"));
-    }
-
-    #[test]
-    fn scrub_removes_every_occurrence() {
-        assert_eq!(
-            scrub_secret("a secret b secret", Some("secret")),
-            "a *** b ***"
-        );
-        assert_eq!(scrub_secret("abc", Some("")), "abc");
-        assert_eq!(scrub_secret("abc", None), "abc");
-        assert_eq!(scrub("bad pw here", "postgres://u:pw@h/db"), "bad *** here");
-    }
-
-    #[test]
-    fn finds_passwords_to_scrub() {
-        assert_eq!(password_of("postgres://u:pw@h/db").as_deref(), Some("pw"));
-        assert_eq!(password_of("host=h password=pw").as_deref(), Some("pw"));
-        assert_eq!(
-            password_of("host=h password = 'a b\\'c' user=u").as_deref(),
-            Some("a b'c")
-        );
-        assert_eq!(
-            password_of("postgres://u:pw@h:notaport/db").as_deref(),
-            Some("pw")
-        );
-        assert_eq!(
-            password_of("postgres://h/db?user=u&password=pw").as_deref(),
-            Some("pw")
-        );
-        assert_eq!(password_of("postgres://u@h/db"), None);
-        assert_eq!(password_of("host=h"), None);
     }
 }

@@ -44,7 +44,13 @@
 //! | feature | driver | accepts | from |
 //! |---|---|---|---|
 //! | `deadpool` (default) | tokio-postgres 0.7 | a `deadpool_postgres::Pool` of deadpool-postgres 0.14 | [`url`](PostgresEventStorageBuilder::url) (libpq key/value strings too) or [`pool`](PostgresEventStorageBuilder::pool) |
-//! | `sqlx-0_9` | sqlx 0.9 (`postgres`, `runtime-tokio`, `json`; no TLS feature) | a `sqlx::PgPool` of sqlx 0.9 | [`url`](PostgresEventStorageBuilder::url) with [`driver`](PostgresEventStorageBuilder::driver)`(`[`PostgresDriver::Sqlx09`]`)`, or [`pool`](PostgresEventStorageBuilder::pool) |
+//! | `sqlx-0_9` | sqlx 0.9 (`postgres`, `runtime-tokio`, `json`; with `tls`, `tls-rustls-ring-native-roots`) | a `sqlx::PgPool` of sqlx 0.9 | [`url`](PostgresEventStorageBuilder::url) with [`driver`](PostgresEventStorageBuilder::driver)`(`[`PostgresDriver::Sqlx09`]`)`, or [`pool`](PostgresEventStorageBuilder::pool) |
+//! | `tls` (default) | rustls with `ring` (no OpenSSL, no cmake), the system's roots | - | `sslmode` (`disable` to `verify-full`) and `sslrootcert` with libpq's meaning, on both drivers (`docs/postgres.md`, "Connecting") |
+//!
+//! A connection string is read by [`tenure_conninfo`] (re-exported): a URL or a key/value
+//! string, with libpq's `PG*` variables filling in what it leaves out;
+//! [`url_from_env`](PostgresEventStorageBuilder::url_from_env) takes the server from
+//! `TENURE_DATABASE_URL`, `DATABASE_URL` or the `PG*` variables, as the `tenure` command does.
 //!
 //! The pool types are re-exported, so that an application names the same versions:
 //! [`deadpool_postgres`] and [`tokio_postgres`] with `deadpool`, `sqlx_0_9` (the `sqlx` crate,
@@ -105,7 +111,6 @@ mod events;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod lease;
 mod prefix;
-mod redact;
 mod schema;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod storage;
@@ -118,10 +123,19 @@ pub use builder::{
     DEFAULT_VISIBILITY_WAIT, PostgresEventStorageBuilder,
 };
 pub use prefix::{DEFAULT_PREFIX, MAX_PREFIX_BYTES, PrefixError, TablePrefix};
-pub use redact::redact;
 pub use schema::{SchemaMode, ddl};
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub use storage::{PostgresDriver, PostgresEventStorage};
+/// Connection strings as Tenure reads them: parsing, the environment, redaction.
+pub use tenure_conninfo;
+/// The one redactor of Tenure (from `tenure-conninfo`): a connection string with its
+/// secrets replaced by `***`.
+pub use tenure_conninfo::redact;
+
+#[cfg(feature = "sqlx-0_9")]
+pub use connection::config::sqlx_connect_options;
+#[cfg(all(feature = "deadpool", feature = "tls"))]
+pub use connection::tls::{MakeRustls, RustlsConnect, RustlsStream, tokio_postgres_config};
 
 /// deadpool-postgres 0.14, whose `Pool` [`PostgresEventStorageBuilder::pool`] accepts,
 /// re-exported so that an application uses the same version.

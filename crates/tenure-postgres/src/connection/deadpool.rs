@@ -3,7 +3,6 @@
 //! Statements are prepared once per connection (`prepare_cached`); rows are read as raw
 //! binary values and decoded by the adapter (`decode`).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -11,12 +10,14 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use futures::TryStreamExt;
+#[cfg(not(feature = "tls"))]
 use tokio_postgres::NoTls;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
 use super::{Driver, Param, Sql, UrlError};
 use crate::decode::{BoxError, Row, Value};
-use crate::error::{Failure, scrub};
+use crate::error::Failure;
+use tenure_conninfo::ConnInfo;
 
 /// A deadpool-postgres pool, as a [`Driver`].
 pub(crate) struct Deadpool {
@@ -29,21 +30,24 @@ impl Deadpool {
         Deadpool { pool }
     }
 
-    /// A pool of at most `size` connections for the connection string `url`, each bound to
-    /// `timeout` (connecting, waiting for a connection, recycling one). Unless the string sets
-    /// them, `application_name` is `tenure` and the connect timeout is `timeout`.
-    pub(crate) fn from_url(url: &str, size: usize, timeout: Duration) -> Result<Self, UrlError> {
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| UrlError::Url(scrub(&e.to_string(), url)))?;
-        if config.get_application_name().is_none() {
-            config.application_name("tenure");
-        }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(timeout);
-        }
+    /// A pool of at most `size` connections for `info`, each bound to `timeout` (connecting,
+    /// waiting for a connection, recycling one). Unless the string sets them,
+    /// `application_name` is `tenure` and the connect timeout is `timeout`.
+    pub(crate) fn from_conninfo(
+        info: &ConnInfo,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Self, UrlError> {
+        #[cfg(feature = "tls")]
+        let (config, tls) = super::tls::tokio_postgres(info, timeout).map_err(UrlError::Url)?;
+        #[cfg(not(feature = "tls"))]
+        let (config, tls) = (
+            super::config::tokio_config(info, timeout).map_err(UrlError::Url)?,
+            NoTls,
+        );
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

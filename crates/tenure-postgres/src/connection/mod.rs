@@ -21,10 +21,13 @@ use tenure_ports::EventStorageError;
 use crate::decode::Row;
 use crate::error::Failure;
 
+pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
 #[cfg(feature = "sqlx-0_9")]
 pub(crate) mod sqlx;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 
 /// The text of one statement, built once per storage and shared with the driver's statement
 /// cache without a copy.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow, PgValueFormat};
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow, PgValueFormat};
 use sqlx::types::Json;
 use sqlx::{
     Arguments, AssertSqlSafe, Connection as _, PgPool, Postgres, Row as _, TypeInfo as _,
@@ -17,7 +17,8 @@ use sqlx::{
 
 use super::{Driver, Param, Sql, UrlError};
 use crate::decode::{BoxError, Row, Value};
-use crate::error::{Failure, scrub};
+use crate::error::Failure;
+use tenure_conninfo::ConnInfo;
 
 /// A `sqlx::PgPool`, as a [`Driver`].
 ///
@@ -48,17 +49,16 @@ impl Sqlx {
             .store(self.pool.options().get_max_connections(), Ordering::Relaxed);
     }
 
-    /// A pool of at most `size` connections for the URL `url`, waiting at most `timeout` for a
-    /// connection (connecting included), and connecting lazily. Unless the URL sets it,
+    /// A pool of at most `size` connections for `info`, waiting at most `timeout` for a
+    /// connection (connecting included), and connecting lazily. Unless the string sets it,
     /// `application_name` is `tenure`. Connections are not pinged before each call (sqlx's
     /// `test_before_acquire`): a broken one fails its call as `Unavailable` and is replaced.
-    pub(crate) fn from_url(url: &str, size: usize, timeout: Duration) -> Result<Self, UrlError> {
-        let mut options: PgConnectOptions = url
-            .parse()
-            .map_err(|e: sqlx::Error| UrlError::Url(scrub(&e.to_string(), url)))?;
-        if options.get_application_name().is_none() {
-            options = options.application_name("tenure");
-        }
+    pub(crate) fn from_conninfo(
+        info: &ConnInfo,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Self, UrlError> {
+        let options = super::config::sqlx_options(info).map_err(UrlError::Url)?;
         let size = u32::try_from(size)
             .map_err(|_| UrlError::Pool(format!("pool size {size} is too large").into()))?;
         let pool = PgPoolOptions::new()
@@ -72,6 +72,12 @@ impl Sqlx {
 }
 
 fn failure(err: sqlx::Error) -> Failure {
+    #[cfg(feature = "tls")]
+    if let sqlx::Error::Io(io) = &err
+        && let Some(why) = super::tls::reason(io)
+    {
+        return Failure::Connection(format!("TLS handshake failed: {why}").into());
+    }
     match err {
         sqlx::Error::Database(db) => Failure::Server {
             code: db.code().map(|c| c.into_owned()).unwrap_or_default(),

@@ -163,6 +163,18 @@ async fn ensure<D: Driver>(
     )
     .await?;
     let missing = problems(connection, prefix).await?;
+    if missing.is_empty()
+        && super::shape::outdated_functions(connection, prefix)
+            .await?
+            .is_empty()
+    {
+        // Everything is in place: nothing to create or replace, and no privilege to do so
+        // needed (a least-privilege role may use Ensure).
+        return connection
+            .script("COMMIT")
+            .await
+            .map_err(|e| e.into_storage(what));
+    }
     let rows = catalog(
         connection,
         what,
@@ -234,13 +246,15 @@ async fn validate<D: Driver>(
     connection: &mut Checkout<'_, D>,
     prefix: &TablePrefix,
 ) -> Result<(), EventStorageError> {
-    let problems = problems(connection, prefix).await?;
+    let mut problems = problems(connection, prefix).await?;
+    problems.extend(super::privileges::missing(connection, prefix).await?);
     if problems.is_empty() {
         Ok(())
     } else {
         Err(EventStorageError::schema(format!(
-            "the schema for prefix {:?} is incomplete: {}. Apply tenure_postgres::ddl({:?}) \
-             (see docs/postgres.md) or use SchemaMode::Ensure",
+            "the schema for prefix {:?} is incomplete or not granted: {}. Apply \
+             tenure_postgres::ddl({:?}) and grant what docs/postgres.md lists, or use \
+             SchemaMode::Ensure",
             prefix.as_str(),
             problems.join("; "),
             prefix.as_str()
@@ -321,6 +335,12 @@ async fn problems<D: Driver>(
             problems.push(format!("{noun} {name} is missing"));
         }
     }
+    let existing: Vec<String> = TABLES
+        .iter()
+        .map(|t| format!("{prefix}{}", t.table))
+        .filter(|t| columns.iter().any(|c| c[0] == *t))
+        .collect();
+    problems.extend(super::shape::problems(connection, prefix, &existing).await?);
     let functions: Vec<String> = FUNCTIONS
         .iter()
         .map(|(f, _)| format!("{prefix}{f}"))

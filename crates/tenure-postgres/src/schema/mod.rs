@@ -9,6 +9,10 @@ use crate::prefix::{PrefixError, TablePrefix};
 mod manage;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub(crate) use manage::apply;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+pub(crate) mod privileges;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod shape;
 
 /// The placeholder for the table prefix in the migration files.
 pub(crate) const PLACEHOLDER: &str = "{{prefix}}";
@@ -37,12 +41,15 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum SchemaMode {
     /// Create what is missing by running the shipped DDL (idempotent; concurrent builders are
-    /// serialized by an advisory lock), then check it as [`SchemaMode::Validate`] does. Needs
-    /// the privilege to create tables and functions, and to own the functions.
+    /// serialized by an advisory lock), then check it as [`SchemaMode::Validate`] does. When
+    /// nothing is missing and every function's body is the shipped one, no DDL runs, and the
+    /// role needs only what `Validate` checks; otherwise it needs the privilege to create
+    /// tables and functions, and to own the functions.
     #[default]
     Ensure,
-    /// Create nothing; check every table, column, sequence, index and function, and fail naming
-    /// each missing or wrong object. For deployments whose schema is applied by an operator
+    /// Create nothing; check every table, column, primary key, sequence, index, function and
+    /// the answer type, and every privilege the storage needs (`docs/postgres.md`,
+    /// "Privileges"), and fail naming each missing or wrong object and each missing privilege. For deployments whose schema is applied by an operator
     /// from [`ddl`].
     Validate,
     /// Touch nothing and check nothing: the first lease call fails if the schema is missing.

@@ -1,7 +1,7 @@
 //! The long version of the reliability suite: `cargo xtask stress [--minutes N]`.
 //!
 //! 1. The election workload on the in-memory backend, in paused time, for 1,000,000 calls.
-//! 2. The same workload on PostgreSQL (the server of `TENURE_PG_URL`, or a local one), on 8
+//! 2. The same workload on PostgreSQL (the server of `TENURE_DATABASE_URL`, or a local one), on 8
 //!    leases at once (16 electors each), with connections killed at random, until 100,000
 //!    calls or half the time is up.
 //! 3. The same on a throwaway cluster that is restarted in fast and in immediate mode every
