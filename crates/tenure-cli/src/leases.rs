@@ -30,7 +30,10 @@ pub struct LeasesOptions {
 
 /// Prints the leases once, or every `watch` interval until Ctrl-C (or SIGTERM).
 pub async fn leases(options: LeasesOptions) -> anyhow::Result<()> {
-    let storage = open_postgres(&options.target, &options.prefix, SchemaMode::Validate, 2).await?;
+    // Reads only: `Validate` would demand the write privileges a lease caller needs, and refuse
+    // the read-only role a monitoring job runs as. A missing object or privilege is still
+    // named, by the first read that needs it.
+    let storage = open_postgres(&options.target, &options.prefix, SchemaMode::None, 2).await?;
     let target = options.target.shown.clone();
     let outcome = match options.watch {
         None => match read(&storage).await {
