@@ -27,6 +27,7 @@
 
 mod cargo;
 mod postgres;
+mod prereq;
 mod release;
 mod summary;
 #[cfg(test)]
@@ -187,6 +188,7 @@ fn test(require_containers: bool) -> Result<(), String> {
             "--require-containers, but no Docker engine answers ({why})"
         ));
     }
+    prereq::ensure()?;
     step("cargo fmt --check");
     cargo::run(&["fmt", "--all", "--", "--check"])?;
     step("cargo clippy --workspace --all-targets -- -D warnings");
