@@ -111,7 +111,9 @@
 //! A [`FencingToken`] starts at 1, increases by one on every acquisition of a lease that was
 //! not live (a takeover, or the same owner coming back after expiry or release), is stable
 //! across the renewals of a live lease, and never resets or goes backwards: not on release,
-//! not on the restart of a persistent backend. Every response carries the current token: the
+//! not on the restart of a persistent backend (the file backend, which never persists a lease,
+//! persists each lease's highest issued token at every acquisition, and continues above it
+//! after reopening, with no lease held). Every response carries the current token: the
 //! caller's own when it holds the lease, the holder's when it stands by. Stamp outgoing work
 //! with it, so that downstream can refuse work from a superseded leader.
 //!

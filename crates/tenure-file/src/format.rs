@@ -6,14 +6,15 @@
 //! ```
 //!
 //! A payload is one JSON object with one key, saying what it is: `{"append": {...}}` (its events
-//! and idempotency key), `{"bookmark": {...}}` or `{"unbookmark": {...}}`, exactly the
+//! and idempotency key), `{"bookmark": {...}}`, `{"unbookmark": {...}}` or `{"token": {...}}` (a
+//! lease's new fencing token, written at each acquisition), exactly the
 //! [`Change`]s that the in-memory log hands its journal. (Externally tagged: serde parses it in
 //! one pass, where a `"kind"` field inside the object would make it buffer every record.) The
 //! checksum covers the length too, so that a damaged length is caught like damaged data.
 
 use serde::{Deserialize, Serialize};
 use tenure_memory::{Change, EventLog};
-use tenure_ports::{Bookmark, EventId, EventPosition, StoredEvent, Timestamp};
+use tenure_ports::{Bookmark, EventId, EventPosition, FencingToken, StoredEvent, Timestamp};
 
 /// The first eight bytes of every log file.
 pub(crate) const MAGIC: [u8; 8] = *b"TENURLOG";
@@ -161,6 +162,11 @@ enum RecordRef<'a> {
     Unbookmark {
         reader: &'a str,
     },
+    Token {
+        lease: &'a str,
+        owner: &'a str,
+        token: u64,
+    },
 }
 
 #[derive(Serialize)]
@@ -202,6 +208,15 @@ impl<'a> RecordRef<'a> {
                 placed_at: bookmark.placed_at.as_micros(),
             },
             Change::BookmarkRemoved(reader) => RecordRef::Unbookmark { reader },
+            Change::TokenIssued {
+                lease_name,
+                owner,
+                token,
+            } => RecordRef::Token {
+                lease: lease_name,
+                owner,
+                token: token.get(),
+            },
         }
     }
 }
@@ -223,6 +238,11 @@ pub(crate) enum Record {
     },
     Unbookmark {
         reader: String,
+    },
+    Token {
+        lease: String,
+        owner: String,
+        token: u64,
     },
 }
 
@@ -283,6 +303,20 @@ impl Record {
             Record::Unbookmark { reader } => log
                 .apply(Change::BookmarkRemoved(&reader))
                 .map_err(|e| e.to_string()),
+            Record::Token {
+                lease,
+                owner,
+                token,
+            } => {
+                let token = FencingToken::new(token)
+                    .ok_or_else(|| format!("a token record of lease {lease:?} with token 0"))?;
+                log.apply(Change::TokenIssued {
+                    lease_name: &lease,
+                    owner: &owner,
+                    token,
+                })
+                .map_err(|e| e.to_string())
+            }
         }
     }
 }

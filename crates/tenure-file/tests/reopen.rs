@@ -1,5 +1,6 @@
 //! What survives closing and reopening a log: events, bookmarks and idempotency keys do,
-//! leases and contenders do not, and positions continue where they stopped.
+//! leases and contenders do not (but each lease's highest issued token does), and positions
+//! continue where they stopped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -127,7 +128,7 @@ fn events_bookmarks_and_idempotency_keys_survive_a_reopen() {
 }
 
 #[test]
-fn leases_are_not_persisted_and_tokens_start_again_at_one() {
+fn leases_are_not_persisted_but_tokens_continue_above_the_highest_issued() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.log");
     let clock = ManualClock::new();
@@ -155,20 +156,43 @@ fn leases_are_not_persisted_and_tokens_start_again_at_one() {
             .await
             .unwrap();
         let before = std::fs::metadata(&path).unwrap().len();
+        for _ in 0..5 {
+            let renewed = storage
+                .request_lease(&LeaseRequest::new("jobs", "b", 5, ttl))
+                .await
+                .unwrap();
+            assert_eq!(renewed.fencing_token.get(), 2);
+        }
+        storage
+            .request_lease(&LeaseRequest::new("jobs", "c", 9, ttl))
+            .await
+            .unwrap();
+        storage.release_lease("jobs", "c").await.unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            before,
+            "renewals, standby requests and releases never write the file"
+        );
         storage
             .request_lease(&LeaseRequest::new("other", "a", 0, ttl))
             .await
             .unwrap();
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().len(),
-            before,
-            "lease calls never write the file"
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > before,
+            "an acquisition writes its token"
         );
         storage.close().await.unwrap();
     });
     rt.block_on(async {
         let storage = open(&path, &clock);
-        assert!(storage.get_leases().await.unwrap().leases.is_empty());
+        let snapshot = storage.get_leases().await.unwrap();
+        assert_eq!(snapshot.leases.len(), 2, "{snapshot:?}");
+        for lease in &snapshot.leases {
+            assert!(
+                !lease.is_live_at(snapshot.now) && lease.is_released(),
+                "after reopening no lease is held: {lease:?}"
+            );
+        }
         assert!(
             storage
                 .get_lease_contenders("jobs")
@@ -185,8 +209,31 @@ fn leases_are_not_persisted_and_tokens_start_again_at_one() {
             LeaseStatus::Leader,
             "b's live lease did not survive"
         );
-        assert_eq!(c.fencing_token.get(), 1, "tokens start again at 1");
+        assert_eq!(
+            c.fencing_token.get(),
+            3,
+            "the next acquisition continues above the highest token issued (b's 2)"
+        );
+        let other = storage
+            .request_lease(&LeaseRequest::new("other", "a", 0, ttl))
+            .await
+            .unwrap();
+        assert_eq!(
+            other.fencing_token.get(),
+            2,
+            "the same owner's restart is a new tenure"
+        );
         assert_eq!(all(&storage).await.len(), 1, "the events did survive");
+        storage.close().await.unwrap();
+    });
+    // And again: each reopening starts above what the one before issued.
+    rt.block_on(async {
+        let storage = open(&path, &clock);
+        let d = storage
+            .request_lease(&LeaseRequest::new("jobs", "d", 0, ttl))
+            .await
+            .unwrap();
+        assert_eq!(d.fencing_token.get(), 4);
     });
 }
 

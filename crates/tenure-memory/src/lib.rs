@@ -44,7 +44,7 @@ use tenure_ports::{
     Owner, ReadOptions, StoredEvent, SystemClock, async_trait, sort_contenders,
 };
 
-pub use log::{Change, EventLog, Journal};
+pub use log::{Change, EventLog, IssuedToken, Journal};
 
 /// An in-memory storage. Clones share one state and one clock.
 #[derive(Clone, Debug)]
@@ -116,11 +116,14 @@ impl LeaseEntry {
 
     /// Decides `request` (checked; its ttl truncated to `ttl`) at `now` and writes what the
     /// outcome says.
+    /// An acquisition (a new token) is first handed to `issued`, which persists it where a
+    /// journal asks for that; if it fails, nothing is written and the call fails.
     fn decide_request(
         &mut self,
         request: &LeaseRequest,
         ttl: std::time::Duration,
         now: Timestamp,
+        issued: impl FnOnce(&Lease) -> Result<(), EventStorageError>,
     ) -> Result<LeaseResponse, EventStorageError> {
         if self.last.owner != *request.owner.as_str() {
             self.last.owner = match self.known_owner(&request.owner) {
@@ -132,6 +135,9 @@ impl LeaseEntry {
         self.last.ttl = ttl;
         let request = &self.last;
         let outcome = domain::decide_request(self.record.as_ref(), &self.contenders, request, now)?;
+        if outcome.transition.is_acquisition() {
+            issued(&outcome.response.lease)?;
+        }
         if outcome.transition.record_write() != RecordWrite::None {
             store_record(&mut self.record, &outcome.response.lease);
         }
@@ -166,8 +172,67 @@ impl MemoryEventStorage {
     /// recorded by `journal`: the building block of a persistent embedded backend, which
     /// replays its journal into an [`EventLog`] and hands both over. Leases are never
     /// journaled: a lease held by a process that no longer runs must expire, not be revived.
+    /// Only each lease's highest issued token is ([`Change::TokenIssued`], at every
+    /// acquisition): each lease of [`EventLog::issued_tokens`] starts as a record of that
+    /// token's tenure, released at the storage's first instant, so that no lease is held and
+    /// the next acquisition continues above it, as the lease contract's rules decide.
     pub fn with_journal(clock: Arc<dyn Clock>, log: EventLog, journal: Box<dyn Journal>) -> Self {
-        MemoryEventStorage::from_parts(clock, log, Some(journal))
+        let storage = MemoryEventStorage::from_parts(clock, log, Some(journal));
+        storage.seed_issued_tokens();
+        storage
+    }
+
+    /// Starts each lease the log holds a token of as that tenure, released now.
+    fn seed_issued_tokens(&self) {
+        let now = self.shared.clock.now();
+        let tokens: Vec<(String, IssuedToken)> = {
+            let state = self
+                .shared
+                .log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state
+                .log
+                .issued_tokens()
+                .iter()
+                .map(|(name, issued)| (name.clone(), issued.clone()))
+                .collect()
+        };
+        for (name, issued) in tokens {
+            // Names the journal accepted were valid when written; one that is not (a damaged
+            // but checksummed file cannot hold one) is skipped rather than trusted.
+            let Ok(first) = LeaseRequest::new(
+                name.as_str(),
+                issued.owner.as_str(),
+                0,
+                tenure_ports::domain::MIN_TTL,
+            )
+            .validate() else {
+                continue;
+            };
+            let record = Lease {
+                lease_name: first.lease_name.clone(),
+                owner: first.owner.clone(),
+                priority: 0,
+                fencing_token: issued.token,
+                acquired_at: now,
+                heartbeat_at: now,
+                ttl: first.ttl,
+                released_at: None,
+            };
+            // The domain's release of that tenure: backdated, marked released.
+            let Ok(outcome) =
+                domain::decide_release(Some(&record), &first.lease_name, &first.owner, now)
+            else {
+                continue;
+            };
+            let Ok(mut shard) = self.lock(&name) else {
+                return;
+            };
+            let mut entry = LeaseEntry::new(first);
+            entry.record = Some(outcome.updated.unwrap_or(record));
+            shard.insert(entry.last.lease_name.clone(), entry);
+        }
     }
 
     fn from_parts(clock: Arc<dyn Clock>, log: EventLog, journal: Option<Box<dyn Journal>>) -> Self {
@@ -198,6 +263,23 @@ impl MemoryEventStorage {
     }
 
     /// Locks the event log, the same way as [`Self::lock`].
+    /// Journals the token an acquisition issued, when there is a journal (the lease shard is
+    /// locked: the log's lock is taken after it, never the other way round).
+    fn journal_token(&self, lease: &Lease) -> Result<(), EventStorageError> {
+        let mut state = self.lock_log()?;
+        let (log, journal) = state.parts();
+        let Some(journal) = journal else {
+            return Ok(());
+        };
+        let change = Change::TokenIssued {
+            lease_name: lease.lease_name.as_str(),
+            owner: lease.owner.as_str(),
+            token: lease.fencing_token,
+        };
+        journal.record(change)?;
+        log.apply(change)
+    }
+
     fn lock_log(&self) -> Result<MutexGuard<'_, LogState>, EventStorageError> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(EventStorageError::Closed);
@@ -312,14 +394,15 @@ impl EventStorage for MemoryEventStorage {
         let ttl = request.check()?;
         let mut leases = self.lock(&request.lease_name)?;
         let now = self.shared.clock.now();
+        let issued = |lease: &Lease| self.journal_token(lease);
         if let Some(entry) = leases.get_mut(request.lease_name.as_str()) {
-            return entry.decide_request(request, ttl, now);
+            return entry.decide_request(request, ttl, now, issued);
         }
         let first = request.validate()?;
         leases
             .entry(first.lease_name.clone())
             .or_insert_with(|| LeaseEntry::new(first))
-            .decide_request(request, ttl, now)
+            .decide_request(request, ttl, now, issued)
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {

@@ -8,7 +8,8 @@ use std::ops::Range;
 use tenure_ports::domain::{Field, Reason, ValidationError};
 use tenure_ports::{
     AppendRequest, Bookmark, Direction, EventId, EventPosition, EventQuery, EventStorageError,
-    ReadOptions, StoredEvent, Timestamp, normalize_tags, validate_bookmark, validate_reader,
+    FencingToken, ReadOptions, StoredEvent, Timestamp, normalize_tags, validate_bookmark,
+    validate_reader,
 };
 
 /// A change to the log, as a journal must persist it.
@@ -25,6 +26,28 @@ pub enum Change<'a> {
     BookmarkPlaced(&'a Bookmark),
     /// A bookmark was removed.
     BookmarkRemoved(&'a str),
+    /// An acquisition of `lease_name` by `owner` issued fencing token `token`. Journaled
+    /// before the acquisition answers (never for a renewal), so that a persistent backend
+    /// continues above the highest token it ever issued after a restart, while the lease
+    /// itself is not persisted.
+    TokenIssued {
+        /// The lease.
+        lease_name: &'a str,
+        /// The owner the token was issued to.
+        owner: &'a str,
+        /// The token.
+        token: FencingToken,
+    },
+}
+
+/// The highest fencing token a lease was ever issued, and to whom: what a persistent backend
+/// keeps of a lease across a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// The owner of the tenure that token named.
+    pub owner: String,
+    /// The token.
+    pub token: FencingToken,
 }
 
 /// Persists changes to the log before they are applied in memory.
@@ -43,12 +66,19 @@ pub struct EventLog {
     events: Vec<StoredEvent>,
     by_key: HashMap<String, Range<usize>>,
     bookmarks: BTreeMap<String, Bookmark>,
+    tokens: BTreeMap<String, IssuedToken>,
 }
 
 impl EventLog {
     /// An empty log.
     pub fn new() -> Self {
         EventLog::default()
+    }
+
+    /// The highest token issued for each lease, by lease name, as replayed from
+    /// [`Change::TokenIssued`] records.
+    pub fn issued_tokens(&self) -> &BTreeMap<String, IssuedToken> {
+        &self.tokens
     }
 
     /// The number of stored events.
@@ -254,6 +284,23 @@ impl EventLog {
             }
             Change::BookmarkRemoved(reader) => {
                 self.bookmarks.remove(reader);
+            }
+            Change::TokenIssued {
+                lease_name,
+                owner,
+                token,
+            } => {
+                let issued = IssuedToken {
+                    owner: owner.to_owned(),
+                    token,
+                };
+                match self.tokens.get_mut(lease_name) {
+                    Some(known) if known.token >= token => {}
+                    Some(known) => *known = issued,
+                    None => {
+                        self.tokens.insert(lease_name.to_owned(), issued);
+                    }
+                }
             }
         }
         Ok(())

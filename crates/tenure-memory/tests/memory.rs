@@ -97,7 +97,9 @@ mod journal {
     use serde_json::json;
     use std::sync::Mutex;
     use tenure_memory::{Change, EventLog, Journal};
-    use tenure_ports::{AppendRequest, EventQuery, EventStorageError, NewEvent, ReadOptions};
+    use tenure_ports::{
+        AppendRequest, EventQuery, EventStorageError, LeaseRequest, NewEvent, ReadOptions,
+    };
 
     /// Records what it is asked to, or fails when told to.
     #[derive(Debug, Clone, Default)]
@@ -115,6 +117,11 @@ mod journal {
                 Change::Appended { events, .. } => format!("appended {}", events.len()),
                 Change::BookmarkPlaced(b) => format!("bookmark {} at {}", b.reader, b.position),
                 Change::BookmarkRemoved(r) => format!("removed {r}"),
+                Change::TokenIssued {
+                    lease_name,
+                    owner,
+                    token,
+                } => format!("token {token} of {lease_name} to {owner}"),
             };
             self.changes.lock().unwrap().push(line);
             Ok(())
@@ -163,6 +170,42 @@ mod journal {
             .unwrap();
         assert_eq!(all.len(), 2);
         assert!(storage.get_bookmark("r").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn acquisitions_journal_their_token_renewals_do_not_and_a_failed_journal_grants_nothing()
+    {
+        let recorder = Recorder::default();
+        let clock = ManualClock::new();
+        let storage = MemoryEventStorage::with_journal(
+            Arc::new(clock.clone()),
+            EventLog::new(),
+            Box::new(recorder.clone()),
+        );
+        let ttl = std::time::Duration::from_secs(1);
+        let ask = |owner: &str| LeaseRequest::new("jobs", owner, 0, ttl);
+        storage.request_lease(&ask("a")).await.unwrap();
+        storage.request_lease(&ask("a")).await.unwrap(); // a renewal
+        storage.request_lease(&ask("b")).await.unwrap(); // a standby
+        storage.release_lease("jobs", "a").await.unwrap();
+        let b = storage.request_lease(&ask("b")).await.unwrap(); // taken after the release
+        assert_eq!(b.fencing_token.get(), 2);
+        assert_eq!(
+            *recorder.changes.lock().unwrap(),
+            vec!["token 1 of jobs to a", "token 2 of jobs to b"]
+        );
+
+        clock.advance(ttl);
+        *recorder.fail.lock().unwrap() = true;
+        let err = storage.request_lease(&ask("c")).await.unwrap_err();
+        assert!(matches!(err, EventStorageError::Io { .. }), "{err:?}");
+        let snapshot = storage.get_leases().await.unwrap();
+        assert_eq!(
+            snapshot.leases[0].owner.as_str(),
+            "b",
+            "nothing was granted"
+        );
+        assert_eq!(snapshot.leases[0].fencing_token.get(), 2);
     }
 
     #[test]
