@@ -13,7 +13,8 @@ use std::future::pending;
 use std::sync::Arc;
 
 use tenure_ports::{
-    EventStorage, EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
+    EventStorage, EventStorageError, FencingToken, Lease, LeaseChanges, LeaseRequest,
+    LeaseResponse, LeaseStatus,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout};
@@ -24,6 +25,7 @@ use crate::identity::{Holding, Verdict, holding, judge};
 use crate::metrics::{self, HandoverWatch};
 use crate::observe;
 use crate::state::LeadershipState;
+use crate::wake;
 
 /// What an elector handle asks of its campaign.
 #[derive(Debug)]
@@ -48,6 +50,8 @@ pub(crate) struct Campaign {
     foreign: Option<Lease>,
     /// Whether the live twin holding `foreign` has been reported (once per episode).
     twin_reported: bool,
+    /// The storage's lease changes, if it has them (see [`wake`](crate::wake)).
+    changes: Option<Box<dyn LeaseChanges>>,
 }
 
 /// Whether the campaign goes on after waiting out a foreign tenure.
@@ -77,6 +81,7 @@ impl Campaign {
             own: None,
             foreign: None,
             twin_reported: false,
+            changes: None,
         }
     }
 
@@ -84,9 +89,13 @@ impl Campaign {
     /// lease either way.
     pub(crate) async fn run(mut self) {
         metrics::started(self.config.lease_name().as_str());
+        self.changes = wake::subscribe(self.storage.as_ref());
         let mut next_request = Instant::now();
+        // After a release, wake-ups are ignored until this instant (the stand-aside).
+        let mut stand_aside_until = Instant::now();
         loop {
-            // Between requests: the deadline, a command, or the next tick.
+            let mut woken = false;
+            // Between requests: the deadline, a command, the next tick, or a wake-up.
             tokio::select! {
                 biased;
                 () = sleep_until_deadline(self.deadline()) => {
@@ -101,6 +110,7 @@ impl Campaign {
                             // Stand aside for one ttl, so that the contender that asked for
                             // the handover gets the lease rather than this elector again.
                             next_request = Instant::now() + self.config.ttl();
+                            stand_aside_until = next_request;
                             continue;
                         }
                         Some(Command::Shutdown(done)) => {
@@ -115,10 +125,23 @@ impl Campaign {
                     }
                 }
                 () = sleep_until(next_request) => {}
+                wakes = wake::next(&mut self.changes, self.config.lease_name()),
+                    if Instant::now() >= stand_aside_until =>
+                {
+                    if !wakes {
+                        continue;
+                    }
+                    woken = true;
+                }
             }
 
             let sent_at = Instant::now();
-            next_request = next_tick(next_request, self.config.poll_interval(), sent_at);
+            if woken {
+                // An extra request: the poll's schedule stays as it was.
+                metrics::woken(self.config.lease_name().as_str());
+            } else {
+                next_request = next_tick(next_request, self.config.poll_interval(), sent_at);
+            }
             let step = observe::step_span(
                 self.config.lease_name(),
                 self.config.owner(),

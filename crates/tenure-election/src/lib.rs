@@ -92,6 +92,7 @@ mod observe;
 mod owner;
 mod processor;
 mod state;
+mod wake;
 
 pub use config::{ConfigError, ElectorConfig, MIN_ELECTOR_TTL, ValidConfig, safety_margin};
 pub use elector::LeaderElector;

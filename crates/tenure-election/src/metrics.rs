@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | `tenure_leader` | gauge | `lease` | 1 while this process's elector leads the lease, else 0 |
 //! | `tenure_transitions_total` | counter | `lease`, `kind` | transitions of an elector, by [`Transition`] |
+//! | `tenure_wakeups_total` | counter | `lease` | requests an elector sent at once because the storage said the lease changed (a release, a step-down request), besides its polls (`tenure_storage_calls_total{op="request_lease"}` counts both) |
 //! | `tenure_storage_calls_total` | counter | `op` | storage calls made by electors and processors |
 //! | `tenure_storage_errors_total` | counter | `op`, `kind` | of those, the calls that failed, by [`error_kind`] (`timeout`: no answer within the call timeout) |
 //! | `tenure_storage_call_seconds` | histogram | `op` | latency of the calls that answered |
@@ -196,6 +197,11 @@ mod recording {
         }
     }
 
+    /// A request sent at once because the storage said the lease changed.
+    pub(crate) fn woken(lease: &str) {
+        counter!("tenure_wakeups_total", "lease" => lease.to_owned()).increment(1);
+    }
+
     pub(crate) fn handover(lease: &str, gap: Duration) {
         histogram!("tenure_handover_seconds", "lease" => lease.to_owned()).record(gap);
     }
@@ -223,6 +229,10 @@ mod recording {
         describe_counter!(
             "tenure_transitions_total",
             "Transitions of this process's electors, by kind"
+        );
+        describe_counter!(
+            "tenure_wakeups_total",
+            "Requests sent at once because the storage said the lease changed, by lease"
         );
         describe_counter!(
             "tenure_storage_calls_total",
@@ -329,6 +339,8 @@ mod recording {
     pub(crate) fn released(_: &str, _: &LeadershipState, _: bool) {}
     #[inline(always)]
     pub(crate) fn storage_call(_: &'static str, _: Result<Duration, &'static str>) {}
+
+    pub(crate) fn woken(_: &str) {}
     #[inline(always)]
     pub(crate) fn projected(_: &str, _: usize, _: Option<Timestamp>) {}
 
@@ -351,4 +363,5 @@ mod recording {
 pub use recording::describe_metrics;
 pub(crate) use recording::{
     HandoverWatch, lapsed, projected, published, released, started, storage_call, unpublished,
+    woken,
 };

@@ -73,8 +73,8 @@ use std::sync::{Arc, Mutex};
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Clock, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot, ReadOptions,
-    StoredEvent, async_trait,
+    EventStorage, EventStorageError, LeaseChanges, LeaseRequest, LeaseResponse, LeaseSnapshot,
+    ReadOptions, StoredEvent, async_trait,
 };
 
 pub use error::FileError;
@@ -204,6 +204,10 @@ impl EventStorage for FileEventStorage {
 
     async fn get_leases(&self) -> Result<LeaseSnapshot, EventStorageError> {
         self.memory.get_leases().await
+    }
+
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        self.memory.lease_changes()
     }
 
     async fn get_lease_contenders(

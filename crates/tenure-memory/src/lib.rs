@@ -37,12 +37,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tenure_ports::Timestamp;
 use tenure_ports::domain::ValidLeaseRequest;
-use tenure_ports::domain::{self, RecordWrite};
+use tenure_ports::domain::{self, RecordWrite, Transition};
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Clock, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    Owner, ReadOptions, StoredEvent, SystemClock, async_trait, sort_contenders,
+    EventStorage, EventStorageError, Lease, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseName,
+    LeaseRequest, LeaseResponse, LeaseSnapshot, Owner, ReadOptions, StoredEvent, SystemClock,
+    async_trait, sort_contenders,
 };
+use tokio::sync::broadcast;
 
 pub use log::{Change, EventLog, IssuedToken, Journal};
 
@@ -61,6 +63,29 @@ struct Shared {
     leases: [ShardLock; SHARDS],
     /// The log has a lock of its own: appends and reads never wait on a lease call.
     log: Mutex<LogState>,
+    /// Lease changes, for [`EventStorage::lease_changes`]: sent under the lease's shard lock,
+    /// so in the order the decisions were made (a send never blocks), received by each
+    /// subscription.
+    changes: broadcast::Sender<LeaseChange>,
+}
+
+/// How many changes a subscription may fall behind before it is told it missed some.
+const CHANGES_BUFFERED: usize = 1024;
+
+/// A subscription to a memory storage's lease changes.
+#[derive(Debug)]
+struct Subscription(broadcast::Receiver<LeaseChange>);
+
+#[async_trait]
+impl LeaseChanges for Subscription {
+    async fn next(&mut self) -> Option<LeaseChange> {
+        // `recv` is cancel safe: a change not yet taken stays in the channel.
+        match self.0.recv().await {
+            Ok(change) => Some(change),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(LeaseChange::Missed),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -124,7 +149,7 @@ impl LeaseEntry {
         ttl: std::time::Duration,
         now: Timestamp,
         issued: impl FnOnce(&Lease) -> Result<(), EventStorageError>,
-    ) -> Result<LeaseResponse, EventStorageError> {
+    ) -> Result<(LeaseResponse, Option<LeaseChangeKind>), EventStorageError> {
         if self.last.owner != *request.owner.as_str() {
             self.last.owner = match self.known_owner(&request.owner) {
                 Some(owner) => owner,
@@ -134,7 +159,22 @@ impl LeaseEntry {
         self.last.priority = request.priority;
         self.last.ttl = ttl;
         let request = &self.last;
+        // Whether this caller was already a live contender at this priority: only a new (or
+        // newly higher) registration is news to the holder.
+        let known = self.contenders.iter().any(|c| {
+            c.owner == request.owner && c.priority == request.priority && c.is_live_at(now)
+        });
         let outcome = domain::decide_request(self.record.as_ref(), &self.contenders, request, now)?;
+        let change = if outcome.transition.is_acquisition() {
+            Some(LeaseChangeKind::Acquired)
+        } else if outcome.transition == Transition::Standby
+            && !known
+            && request.priority > outcome.response.lease.priority
+        {
+            Some(LeaseChangeKind::StepDownRequested)
+        } else {
+            None
+        };
         if outcome.transition.is_acquisition() {
             issued(&outcome.response.lease)?;
         }
@@ -153,7 +193,7 @@ impl LeaseEntry {
             Some(registration) => *registration = outcome.contender,
             None => self.contenders.push(outcome.contender),
         }
-        Ok(outcome.response)
+        Ok((outcome.response, change))
     }
 }
 
@@ -242,6 +282,7 @@ impl MemoryEventStorage {
                 closed: AtomicBool::new(false),
                 leases: std::array::from_fn(|_| ShardLock(Mutex::new(Shard::new()))),
                 log: Mutex::new(LogState { log, journal }),
+                changes: broadcast::channel(CHANGES_BUFFERED).0,
             }),
         }
     }
@@ -265,6 +306,15 @@ impl MemoryEventStorage {
     /// Locks the event log, the same way as [`Self::lock`].
     /// Journals the token an acquisition issued, when there is a journal (the lease shard is
     /// locked: the log's lock is taken after it, never the other way round).
+    /// Tells the subscribers (if any) that `lease_name` changed.
+    fn announce(&self, lease_name: &LeaseName, kind: LeaseChangeKind) {
+        // No subscriber is not an error: nobody is waiting.
+        let _ = self.shared.changes.send(LeaseChange::Changed {
+            lease_name: lease_name.clone(),
+            kind,
+        });
+    }
+
     fn journal_token(&self, lease: &Lease) -> Result<(), EventStorageError> {
         let mut state = self.lock_log()?;
         let (log, journal) = state.parts();
@@ -382,7 +432,19 @@ impl EventStorage for MemoryEventStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::from([Capability::Lease, Capability::Events, Capability::Bookmarks])
+        Capabilities::from([
+            Capability::Lease,
+            Capability::Events,
+            Capability::Bookmarks,
+            Capability::LeaseChanges,
+        ])
+    }
+
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(EventStorageError::Closed);
+        }
+        Ok(Box::new(Subscription(self.shared.changes.subscribe())))
     }
 
     async fn request_lease(
@@ -395,14 +457,20 @@ impl EventStorage for MemoryEventStorage {
         let mut leases = self.lock(&request.lease_name)?;
         let now = self.shared.clock.now();
         let issued = |lease: &Lease| self.journal_token(lease);
-        if let Some(entry) = leases.get_mut(request.lease_name.as_str()) {
-            return entry.decide_request(request, ttl, now, issued);
+        let (response, change) = match leases.get_mut(request.lease_name.as_str()) {
+            Some(entry) => entry.decide_request(request, ttl, now, issued)?,
+            None => {
+                let first = request.validate()?;
+                leases
+                    .entry(first.lease_name.clone())
+                    .or_insert_with(|| LeaseEntry::new(first))
+                    .decide_request(request, ttl, now, issued)?
+            }
+        };
+        if let Some(kind) = change {
+            self.announce(&response.lease.lease_name, kind);
         }
-        let first = request.validate()?;
-        leases
-            .entry(first.lease_name.clone())
-            .or_insert_with(|| LeaseEntry::new(first))
-            .decide_request(request, ttl, now, issued)
+        Ok(response)
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {
@@ -416,6 +484,7 @@ impl EventStorage for MemoryEventStorage {
         let outcome = domain::decide_release(entry.record.as_ref(), &lease_name, &owner, now)?;
         if let Some(updated) = outcome.updated {
             entry.record = Some(updated);
+            self.announce(&lease_name, LeaseChangeKind::Released);
         }
         entry.contenders.retain(|c| c.owner != outcome.withdrawn);
         if entry.record.is_none() && entry.contenders.is_empty() {

@@ -14,17 +14,28 @@ pub enum Capability {
     Bookmarks,
     /// The event log: append and read.
     Events,
+    /// Being told that a lease changed ([`EventStorage::lease_changes`]): a release, an
+    /// acquisition, a step-down request. Optional: an elector polls without it.
+    ///
+    /// [`EventStorage::lease_changes`]: crate::EventStorage::lease_changes
+    LeaseChanges,
 }
 
 impl Capability {
     /// Every capability, in declaration order.
-    pub const ALL: [Capability; 3] = [Capability::Lease, Capability::Bookmarks, Capability::Events];
+    pub const ALL: [Capability; 4] = [
+        Capability::Lease,
+        Capability::Bookmarks,
+        Capability::Events,
+        Capability::LeaseChanges,
+    ];
 
     const fn bit(self) -> u8 {
         match self {
             Capability::Lease => 1,
             Capability::Bookmarks => 2,
             Capability::Events => 4,
+            Capability::LeaseChanges => 8,
         }
     }
 
@@ -34,6 +45,7 @@ impl Capability {
             Capability::Lease => "lease",
             Capability::Bookmarks => "bookmarks",
             Capability::Events => "events",
+            Capability::LeaseChanges => "lease_changes",
         }
     }
 }

@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 mod capability;
+mod changes;
 mod clock;
 mod error;
 mod events;
@@ -51,6 +52,7 @@ mod sightings;
 
 pub use async_trait::async_trait;
 pub use capability::{Capabilities, Capability};
+pub use changes::{LeaseChange, LeaseChangeKind, LeaseChanges};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, EventStorageError};
 pub use events::{
@@ -170,6 +172,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// Every bookmark, ordered by reader.
     async fn get_bookmarks(&self) -> Result<Vec<Bookmark>, EventStorageError> {
         Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
+    /// A subscription to this storage's lease changes (see [`LeaseChanges`]), for callers
+    /// that want to act on a release or a step-down request at once rather than at their next
+    /// poll. Storages without [`Capability::LeaseChanges`] answer
+    /// [`EventStorageError::Unsupported`] (the default), and callers keep polling.
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        Err(EventStorageError::Unsupported(Capability::LeaseChanges))
     }
 
     /// Releases the storage's resources. Every later call, on this value or on any clone of
