@@ -113,6 +113,11 @@ impl Driver for Deadpool {
         drop(Object::take(connection));
     }
 
+    fn abandon(&self, connection: Object) {
+        let bound = super::cancel::abandon_bound(self.pool.timeouts().wait);
+        super::cancel::cancel_and_keep(connection, bound);
+    }
+
     fn close(&self) {
         self.pool.close();
     }
