@@ -79,6 +79,7 @@
 
 #![deny(missing_docs)]
 
+mod backoff;
 mod campaign;
 mod config;
 mod elector;
