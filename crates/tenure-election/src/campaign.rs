@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{Instrument as _, debug, error, info, warn};
 
+use crate::backoff::Backoff;
 use crate::config::ValidConfig;
 use crate::identity::{Holding, Verdict, holding, judge};
 use crate::metrics::{self, HandoverWatch};
@@ -52,6 +53,8 @@ pub(crate) struct Campaign {
     twin_reported: bool,
     /// The storage's lease changes, if it has them (see [`wake`](crate::wake)).
     changes: Option<Box<dyn LeaseChanges>>,
+    /// Consecutive failed requests, for the backoff of a contender without a tenure.
+    backoff: Backoff,
 }
 
 /// Whether the campaign goes on after waiting out a foreign tenure.
@@ -82,6 +85,7 @@ impl Campaign {
             foreign: None,
             twin_reported: false,
             changes: None,
+            backoff: Backoff::new(),
         }
     }
 
@@ -148,7 +152,9 @@ impl Campaign {
                 self.state.borrow().leader_token(),
             );
             let answer = self.request_once().instrument(step.clone()).await;
+            let failed = !matches!(answer, Ok(Ok(_)));
             step.in_scope(|| self.answer(sent_at, answer));
+            next_request = self.back_off(failed, next_request);
             if self.foreign.is_some() {
                 match self.wait_out().await {
                     Flow::Contend => next_request = Instant::now(),
@@ -277,6 +283,22 @@ impl Campaign {
                 answer = &mut call => return answer,
             }
         }
+    }
+
+    /// When the next request goes out after one that `failed`: on the cadence, except for a
+    /// contender without a tenure after a failure, which backs off with jitter (a leader keeps
+    /// its cadence; see [`backoff`](crate::backoff)).
+    fn back_off(&mut self, failed: bool, next_request: Instant) -> Instant {
+        if !failed {
+            self.backoff.succeeded();
+            return next_request;
+        }
+        if self.deadline().is_some() {
+            return next_request;
+        }
+        let poll = self.config.poll_interval();
+        let delay = self.backoff.failed(poll, self.config.ttl());
+        next_request.max(Instant::now() + delay)
     }
 
     /// Until when the current tenure holds, if this elector holds the lease.

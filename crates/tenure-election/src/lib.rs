@@ -80,6 +80,7 @@
 
 #![deny(missing_docs)]
 
+mod backoff;
 mod campaign;
 mod config;
 mod elector;

@@ -21,6 +21,8 @@ use tenure_ports::EventStorageError;
 use crate::decode::Row;
 use crate::error::Failure;
 
+#[cfg(feature = "deadpool")]
+pub(crate) mod cancel;
 pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
@@ -91,6 +93,13 @@ pub(crate) trait Driver: Send + Sync + 'static {
 
     /// Takes `connection` out of the pool and closes it.
     fn discard(&self, connection: Self::Connection);
+
+    /// Deals with `connection`, whose call was abandoned with a statement in flight: cancels
+    /// the statement and keeps the connection where the driver can (see [`cancel`]), closes
+    /// it otherwise (this default).
+    fn abandon(&self, connection: Self::Connection) {
+        self.discard(connection);
+    }
 
     /// Closes the pool: idle connections at once, busy ones when they come back.
     fn close(&self);
@@ -170,6 +179,7 @@ impl<D: Driver> Link<D> {
             driver: &self.driver,
             connection: Some(connection),
             reusable: true,
+            in_flight: false,
         })
     }
 
@@ -208,15 +218,17 @@ impl<D: Driver> Link<D> {
     }
 }
 
-/// A pooled connection checked out for one call. If the call is abandoned while a statement is
-/// in flight (a timeout, a dropped future), or the connection broke, or the call asked for it
-/// ([`discard`](Self::discard)), the connection is taken out of the pool and closed instead of
-/// being handed to the next caller with an answer still pending, a dead socket, or a state in
-/// doubt.
+/// A pooled connection checked out for one call. If the connection broke, or the call asked
+/// for it ([`discard`](Self::discard)), the connection is taken out of the pool and closed
+/// instead of being handed to the next caller with a dead socket or a state in doubt. If the
+/// call is abandoned while a statement is in flight (a timeout, a dropped future), the driver's
+/// [`Driver::abandon`] decides: cancel and keep where it can, close otherwise.
 pub(crate) struct Checkout<'a, D: Driver> {
     driver: &'a D,
     connection: Option<D::Connection>,
     reusable: bool,
+    /// A statement was sent and its answer is not in (the call is abandoned if dropped now).
+    in_flight: bool,
 }
 
 impl<D: Driver> Checkout<'_, D> {
@@ -231,7 +243,9 @@ impl<D: Driver> Checkout<'_, D> {
         };
         // Until the answer is in, the connection must not go back to the pool.
         self.reusable = false;
+        self.in_flight = true;
         let result = D::query(connection, sql, params).await;
+        self.in_flight = false;
         self.reusable = !matches!(&result, Err(e) if e.connection_broken());
         result
     }
@@ -258,7 +272,11 @@ impl<D: Driver> Drop for Checkout<'_, D> {
         if !self.reusable
             && let Some(connection) = self.connection.take()
         {
-            self.driver.discard(connection);
+            if self.in_flight {
+                self.driver.abandon(connection);
+            } else {
+                self.driver.discard(connection);
+            }
         }
     }
 }
