@@ -116,6 +116,7 @@ pub(crate) fn error_kind(error: &EventStorageError) -> &'static str {
         EventStorageError::Io { .. } => "io",
         EventStorageError::Corrupt { .. } => "corrupt",
         EventStorageError::AppendConflict { .. } => "append_conflict",
+        EventStorageError::Fenced { .. } => "fenced",
         EventStorageError::Closed => "closed",
         EventStorageError::Internal { .. } => "internal",
         _ => "other",

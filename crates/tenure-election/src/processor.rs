@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tenure_ports::{Capability, EventPosition, EventStorage, EventStorageError};
+use tenure_ports::{Capability, EventPosition, EventStorage, EventStorageError, Fence};
 use tokio::time::sleep;
 use tracing::{debug, info, trace, warn};
 
@@ -195,15 +195,19 @@ pub use projection::{Batch, Projection};
 /// | `cancelled` | warn | the tenure ended during a projection: it was dropped | `first`, `last` |
 /// | `not_bookmarked` | warn | the tenure ended after a projection, before its bookmark | `first`, `last` |
 /// | `retrying` | warn | a storage call was not confirmed: retried after the idle poll | `operation`, `error` |
+/// | `fenced` | warn | the storage refused the bookmark write: a newer tenure wrote it or holds the lease; the tenure ends | `operation`, `error` |
 /// | `failed` | warn | the projection failed; [`run`](Self::run) returns its error | `first`, `last`, `error` |
 ///
 /// # Limits
 ///
-/// * Bookmark writes are not fenced by the storage: the processor checks validity right
-///   before writing and bounds the write by the tenure's deadline, but a backend that
-///   commits a write after its caller gave up on it (a slow PostgreSQL transaction) could
-///   land an old holder's bookmark after the new holder's. The exactly-once recipe above
-///   does not depend on the bookmark and is immune to that.
+/// * Bookmark writes are fenced by the tenure's token on a storage with
+///   [`Capability::FencedBookmarks`] (memory, file): a late write of a superseded tenure is
+///   refused (the `fenced` event) and ends the tenure like a lost lease, so the bookmark never
+///   moves backwards. On other storages (PostgreSQL, for now) they are not: the processor
+///   checks validity right before writing and bounds the write by the tenure's deadline, but
+///   a backend that commits a write after its caller gave up on it could land an old holder's
+///   bookmark after the new holder's. The exactly-once recipe above does not depend on the
+///   bookmark and is immune to that.
 /// * A projection is cancelled at its next `.await`; synchronous work between two `.await`s
 ///   runs to its end (check [`Batch::is_valid`]).
 pub struct Processor<P> {
@@ -217,6 +221,8 @@ struct Core {
     storage: Arc<dyn EventStorage>,
     elector: LeaderElector,
     config: ProcessorConfig,
+    /// Whether the storage fences bookmark writes ([`Capability::FencedBookmarks`]).
+    fenced_bookmarks: bool,
 }
 
 /// How a tenure ended, as far as the processor is concerned.
@@ -228,6 +234,9 @@ enum TenureEnd {
     StepDown,
     /// The stop signal of [`Processor::run_until`] fired.
     Stopped,
+    /// The storage refused a bookmark write of this tenure: a newer one exists, whether the
+    /// elector has heard of it yet or not.
+    Fenced,
 }
 
 impl TenureEnd {
@@ -236,6 +245,7 @@ impl TenureEnd {
             TenureEnd::Lost => "lost",
             TenureEnd::StepDown => "step_down",
             TenureEnd::Stopped => "stop_signal",
+            TenureEnd::Fenced => "fenced",
         }
     }
 }
@@ -247,6 +257,8 @@ enum Outcome<T> {
     Unconfirmed,
     /// The tenure ended during the call.
     Ended,
+    /// The storage refused the call's write: a newer tenure exists.
+    Fenced,
 }
 
 /// How one pass (from reading the bookmark on) ended.
@@ -265,6 +277,7 @@ impl<T> Outcome<T> {
             Outcome::Done(value) => Ok(value),
             Outcome::Unconfirmed => Err(Pass::Unconfirmed),
             Outcome::Ended => Err(Pass::End(TenureEnd::Lost)),
+            Outcome::Fenced => Err(Pass::End(TenureEnd::Fenced)),
         }
     }
 }
@@ -304,6 +317,7 @@ impl<P: Projection> Processor<P> {
         }
         Ok(Processor {
             core: Core {
+                fenced_bookmarks: capabilities.contains(Capability::FencedBookmarks),
                 storage,
                 elector,
                 config,
@@ -348,12 +362,24 @@ impl<P: Projection> Processor<P> {
     {
         let stop = std::pin::pin!(stop);
         let mut stop = Stop::new(stop);
+        // The token of a tenure the storage refused: not resumed, even while the elector
+        // still believes in it (until its next request tells it otherwise).
+        let mut superseded = None;
         loop {
             let lease = tokio::select! {
                 biased;
                 () = stop.fired() => return Ok(()),
                 lease = self.core.elector.wait_for_leadership() => lease?,
             };
+            if superseded.is_some_and(|token| lease.token() <= token) {
+                let mut state = self.core.elector.subscribe();
+                tokio::select! {
+                    biased;
+                    () = stop.fired() => return Ok(()),
+                    _ = state.changed() => {}
+                }
+                continue;
+            }
             let mut bookmarked = None;
             let end = self.tenure(&lease, &mut stop, &mut bookmarked).await?;
             let reader = self.core.config.reader();
@@ -369,6 +395,7 @@ impl<P: Projection> Processor<P> {
             );
             match end {
                 TenureEnd::Lost => {}
+                TenureEnd::Fenced => superseded = Some(lease.token()),
                 TenureEnd::Stopped => return Ok(()),
                 TenureEnd::StepDown => match self.core.elector.release().await {
                     // Not confirmed: the lease expires after its ttl instead (the elector
@@ -452,9 +479,15 @@ impl<P: Projection> Processor<P> {
                 if let Some(end) = core.project(projection, lease, batch).await? {
                     return Ok(Pass::End(end));
                 }
-                let write = core
-                    .storage
-                    .bookmark(reader, last, core.config.bookmark_tags());
+                // Fenced by the tenure's token where the storage can: a late write of this
+                // tenure, after a successor's, is refused instead of moving the bookmark back.
+                let fence = Fence::new(lease.lease_name().clone(), lease.token());
+                let tags = core.config.bookmark_tags();
+                let write = if core.fenced_bookmarks {
+                    core.storage.bookmark_fenced(reader, last, tags, &fence)
+                } else {
+                    core.storage.bookmark(reader, last, tags)
+                };
                 if let Err(pass) = core.call(lease, "bookmark", write).await?.done() {
                     return Ok(pass);
                 }
@@ -603,6 +636,13 @@ impl Core {
         let error = match lease.until_lost(call).await {
             Err(_) => return Ok(Outcome::Ended),
             Ok(Ok(Ok(value))) => return Ok(Outcome::Done(value)),
+            Ok(Ok(Err(error @ EventStorageError::Fenced { .. }))) => {
+                // A newer tenure has written or holds the lease: this one is over, whatever
+                // the elector has heard yet.
+                emit!(warn, lease, self.config.reader(), action = "fenced", operation,
+                    error = %error, "refused by the storage's fence: the tenure has ended");
+                return Ok(Outcome::Fenced);
+            }
             Ok(Ok(Err(error))) if !error.is_unconfirmed() => {
                 return Err(ProcessorError::Storage { operation, error });
             }

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! A payload is one JSON object with one key, saying what it is: `{"append": {...}}` (its events
-//! and idempotency key), `{"bookmark": {...}}`, `{"unbookmark": {...}}` or `{"token": {...}}` (a
+//! and idempotency key), `{"bookmark": {...}}`, `{"fenced_bookmark": {...}}` (a bookmark with the token it was fenced by), `{"unbookmark":
+//! {...}}` or `{"token": {...}}` (a
 //! lease's new fencing token, written at each acquisition), exactly the
 //! [`Change`]s that the in-memory log hands its journal. (Externally tagged: serde parses it in
 //! one pass, where a `"kind"` field inside the object would make it buffer every record.) The
@@ -159,6 +160,13 @@ enum RecordRef<'a> {
         tags: &'a [String],
         placed_at: i64,
     },
+    FencedBookmark {
+        reader: &'a str,
+        position: u64,
+        tags: &'a [String],
+        placed_at: i64,
+        token: u64,
+    },
     Unbookmark {
         reader: &'a str,
     },
@@ -207,6 +215,13 @@ impl<'a> RecordRef<'a> {
                 tags: &bookmark.tags,
                 placed_at: bookmark.placed_at.as_micros(),
             },
+            Change::BookmarkFenced { bookmark, token } => RecordRef::FencedBookmark {
+                reader: &bookmark.reader,
+                position: bookmark.position.get(),
+                tags: &bookmark.tags,
+                placed_at: bookmark.placed_at.as_micros(),
+                token: token.get(),
+            },
             Change::BookmarkRemoved(reader) => RecordRef::Unbookmark { reader },
             Change::TokenIssued {
                 lease_name,
@@ -235,6 +250,13 @@ pub(crate) enum Record {
         position: u64,
         tags: Vec<String>,
         placed_at: i64,
+    },
+    FencedBookmark {
+        reader: String,
+        position: u64,
+        tags: Vec<String>,
+        placed_at: i64,
+        token: u64,
     },
     Unbookmark {
         reader: String,
@@ -299,6 +321,28 @@ impl Record {
                 };
                 log.apply(Change::BookmarkPlaced(&bookmark))
                     .map_err(|e| e.to_string())
+            }
+            Record::FencedBookmark {
+                reader,
+                position,
+                tags,
+                placed_at,
+                token,
+            } => {
+                let bookmark = Bookmark {
+                    reader,
+                    position: position_of(position)?,
+                    tags,
+                    placed_at: Timestamp::from_micros(placed_at),
+                };
+                let token = FencingToken::new(token).ok_or_else(|| {
+                    format!("a fenced bookmark of {:?} with token 0", bookmark.reader)
+                })?;
+                log.apply(Change::BookmarkFenced {
+                    bookmark: &bookmark,
+                    token,
+                })
+                .map_err(|e| e.to_string())
             }
             Record::Unbookmark { reader } => log
                 .apply(Change::BookmarkRemoved(&reader))

@@ -73,8 +73,8 @@ use std::sync::{Arc, Mutex};
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Clock, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, LeaseChanges, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    ReadOptions, StoredEvent, async_trait,
+    EventStorage, EventStorageError, Fence, LeaseChanges, LeaseRequest, LeaseResponse,
+    LeaseSnapshot, ReadOptions, StoredEvent, async_trait,
 };
 
 pub use error::FileError;
@@ -236,6 +236,18 @@ impl EventStorage for FileEventStorage {
         tags: &[String],
     ) -> Result<Bookmark, EventStorageError> {
         self.memory.bookmark(reader, position, tags).await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+    ) -> Result<Bookmark, EventStorageError> {
+        self.memory
+            .bookmark_fenced(reader, position, tags, fence)
+            .await
     }
 
     async fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {

@@ -391,3 +391,49 @@ fn the_deepest_payload_validation_accepts_survives_a_reopen() {
         assert_eq!(events[0].payload, deepest);
     });
 }
+
+#[test]
+fn a_readers_fence_survives_a_reopen() {
+    use tenure_ports::{Fence, FencingToken, LeaseName};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fenced.log");
+    let clock = ManualClock::new();
+    let rt = runtime();
+    let fence = |token: u64| {
+        Fence::new(
+            LeaseName::new("never-acquired").unwrap(),
+            FencingToken::new(token).unwrap(),
+        )
+    };
+    rt.block_on(async {
+        let storage = open(&path, &clock);
+        storage
+            .append(&AppendRequest::new(vec![event("s", 1), event("s", 2)]))
+            .await
+            .unwrap();
+        storage
+            .bookmark_fenced("projection", pos(2), &[], &fence(2))
+            .await
+            .unwrap();
+        storage.close().await.unwrap();
+    });
+    rt.block_on(async {
+        let storage = open(&path, &clock);
+        let refused = storage
+            .bookmark_fenced("projection", pos(1), &[], &fence(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, EventStorageError::Fenced { token: 1, newer: 2, .. }),
+            "{refused:?}"
+        );
+        assert_eq!(
+            storage.get_bookmark("projection").await.unwrap().unwrap().position,
+            pos(2)
+        );
+        storage
+            .bookmark_fenced("projection", pos(1), &[], &fence(3))
+            .await
+            .unwrap();
+    });
+}

@@ -40,9 +40,9 @@ use tenure_ports::domain::ValidLeaseRequest;
 use tenure_ports::domain::{self, RecordWrite, Transition};
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Clock, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, Lease, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseName,
-    LeaseRequest, LeaseResponse, LeaseSnapshot, Owner, ReadOptions, StoredEvent, SystemClock,
-    async_trait, sort_contenders,
+    EventStorage, EventStorageError, Fence, Lease, LeaseChange, LeaseChangeKind, LeaseChanges,
+    LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot, Owner, ReadOptions, StoredEvent,
+    SystemClock, async_trait, sort_contenders,
 };
 use tokio::sync::broadcast;
 
@@ -437,6 +437,7 @@ impl EventStorage for MemoryEventStorage {
             Capability::Events,
             Capability::Bookmarks,
             Capability::LeaseChanges,
+            Capability::FencedBookmarks,
         ])
     }
 
@@ -552,6 +553,29 @@ impl EventStorage for MemoryEventStorage {
         let now = self.shared.clock.now();
         let (log, journal) = state.parts();
         log.bookmark(reader, position, tags, now, journal)
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+    ) -> Result<Bookmark, EventStorageError> {
+        // The lease's lock, then the log's (the order of every other path): no acquisition of
+        // the lease comes between reading its token and writing the bookmark.
+        let leases = self.lock(fence.lease_name.as_str())?;
+        let lease_token = leases
+            .get(&fence.lease_name)
+            .and_then(|entry| entry.record.as_ref())
+            .map(|record| record.fencing_token);
+        let mut state = self.lock_log()?;
+        let now = self.shared.clock.now();
+        let (log, journal) = state.parts();
+        let placed = log.bookmark_fenced(reader, position, tags, fence, lease_token, now, journal);
+        drop(state);
+        drop(leases);
+        placed
     }
 
     async fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {

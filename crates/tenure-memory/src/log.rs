@@ -8,7 +8,7 @@ use std::ops::Range;
 use tenure_ports::domain::{Field, Reason, ValidationError};
 use tenure_ports::{
     AppendRequest, Bookmark, Direction, EventId, EventPosition, EventQuery, EventStorageError,
-    FencingToken, ReadOptions, StoredEvent, Timestamp, normalize_tags, validate_bookmark,
+    Fence, FencingToken, ReadOptions, StoredEvent, Timestamp, normalize_tags, validate_bookmark,
     validate_reader,
 };
 
@@ -24,6 +24,14 @@ pub enum Change<'a> {
     },
     /// A bookmark was placed or moved.
     BookmarkPlaced(&'a Bookmark),
+    /// A bookmark was placed or moved by a write fenced by `token` (the reader's fence is
+    /// raised to it).
+    BookmarkFenced {
+        /// The bookmark as placed.
+        bookmark: &'a Bookmark,
+        /// The token of the tenure the write was made under.
+        token: FencingToken,
+    },
     /// A bookmark was removed.
     BookmarkRemoved(&'a str),
     /// An acquisition of `lease_name` by `owner` issued fencing token `token`. Journaled
@@ -67,6 +75,8 @@ pub struct EventLog {
     by_key: HashMap<String, Range<usize>>,
     bookmarks: BTreeMap<String, Bookmark>,
     tokens: BTreeMap<String, IssuedToken>,
+    /// Each reader's fence: the highest token that wrote its bookmark.
+    fences: BTreeMap<String, FencingToken>,
 }
 
 impl EventLog {
@@ -224,6 +234,65 @@ impl EventLog {
         Ok(bookmark)
     }
 
+    /// Places `reader`'s bookmark as [`bookmark`](Self::bookmark) does, fenced by `fence`
+    /// (see [`EventStorage::bookmark_fenced`](tenure_ports::EventStorage::bookmark_fenced)):
+    /// `lease_token` is the lease's current token, read by the caller under the lease's lock,
+    /// which it holds until this returns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bookmark_fenced(
+        &mut self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+        lease_token: Option<FencingToken>,
+        now: Timestamp,
+        journal: Option<&mut dyn Journal>,
+    ) -> Result<Bookmark, EventStorageError> {
+        validate_bookmark(reader, tags)?;
+        let newer = [self.fences.get(reader).copied(), lease_token]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > fence.token)
+            .max();
+        if let Some(newer) = newer {
+            return Err(EventStorageError::Fenced {
+                reader: reader.to_owned(),
+                lease_name: fence.lease_name.to_string(),
+                token: fence.token.get(),
+                newer: newer.get(),
+            });
+        }
+        if self
+            .events
+            .binary_search_by_key(&position, |e| e.position)
+            .is_err()
+        {
+            return Err(ValidationError::new(
+                Field::Position,
+                Reason::NoSuchEvent {
+                    position: position.get(),
+                },
+            )
+            .into());
+        }
+        let bookmark = Bookmark {
+            reader: reader.to_owned(),
+            position,
+            tags: normalize_tags(tags),
+            placed_at: now,
+        };
+        let change = Change::BookmarkFenced {
+            bookmark: &bookmark,
+            token: fence.token,
+        };
+        if let Some(journal) = journal {
+            journal.record(change)?;
+        }
+        self.apply(change)?;
+        Ok(bookmark)
+    }
+
     /// `reader`'s bookmark.
     pub fn get_bookmark(&self, reader: &str) -> Result<Option<Bookmark>, EventStorageError> {
         validate_reader(reader)?;
@@ -282,7 +351,13 @@ impl EventLog {
                 self.bookmarks
                     .insert(bookmark.reader.clone(), bookmark.clone());
             }
+            Change::BookmarkFenced { bookmark, token } => {
+                self.apply(Change::BookmarkPlaced(bookmark))?;
+                let fence = self.fences.entry(bookmark.reader.clone()).or_insert(token);
+                *fence = (*fence).max(token);
+            }
             Change::BookmarkRemoved(reader) => {
+                // The fence stays: a removed bookmark cannot be put back by an older tenure.
                 self.bookmarks.remove(reader);
             }
             Change::TokenIssued {

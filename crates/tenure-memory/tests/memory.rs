@@ -116,6 +116,12 @@ mod journal {
             let line = match change {
                 Change::Appended { events, .. } => format!("appended {}", events.len()),
                 Change::BookmarkPlaced(b) => format!("bookmark {} at {}", b.reader, b.position),
+                Change::BookmarkFenced { bookmark, token } => {
+                    format!(
+                        "bookmark {} at {} under {token}",
+                        bookmark.reader, bookmark.position
+                    )
+                }
                 Change::BookmarkRemoved(r) => format!("removed {r}"),
                 Change::TokenIssued {
                     lease_name,

@@ -19,15 +19,20 @@ pub enum Capability {
     ///
     /// [`EventStorage::lease_changes`]: crate::EventStorage::lease_changes
     LeaseChanges,
+    /// Bookmark writes fenced by a lease's token ([`EventStorage::bookmark_fenced`]).
+    ///
+    /// [`EventStorage::bookmark_fenced`]: crate::EventStorage::bookmark_fenced
+    FencedBookmarks,
 }
 
 impl Capability {
     /// Every capability, in declaration order.
-    pub const ALL: [Capability; 4] = [
+    pub const ALL: [Capability; 5] = [
         Capability::Lease,
         Capability::Bookmarks,
         Capability::Events,
         Capability::LeaseChanges,
+        Capability::FencedBookmarks,
     ];
 
     const fn bit(self) -> u8 {
@@ -36,6 +41,7 @@ impl Capability {
             Capability::Bookmarks => 2,
             Capability::Events => 4,
             Capability::LeaseChanges => 8,
+            Capability::FencedBookmarks => 16,
         }
     }
 
@@ -46,6 +52,7 @@ impl Capability {
             Capability::Bookmarks => "bookmarks",
             Capability::Events => "events",
             Capability::LeaseChanges => "lease_changes",
+            Capability::FencedBookmarks => "fenced_bookmarks",
         }
     }
 }

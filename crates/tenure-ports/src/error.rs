@@ -81,6 +81,23 @@ pub enum EventStorageError {
         conflicting: crate::EventPosition,
     },
 
+    /// A fenced write was refused: a newer tenure of the lease (token `newer`) has written
+    /// that reader's bookmark or holds the lease. Nothing was written. The writer's tenure has
+    /// ended: it must stop, as after a lost lease.
+    #[error(
+        "bookmark of {reader:?} refused: token {token} of lease {lease_name:?} is superseded by token {newer}"
+    )]
+    Fenced {
+        /// The reader whose bookmark was to be written.
+        reader: String,
+        /// The lease the write was fenced by.
+        lease_name: String,
+        /// The write's token.
+        token: u64,
+        /// The newer token that supersedes it.
+        newer: u64,
+    },
+
     /// The storage (or a clone of it) was closed.
     #[error("the storage is closed")]
     Closed,

@@ -47,6 +47,7 @@ mod changes;
 mod clock;
 mod error;
 mod events;
+mod fenced;
 mod lease;
 mod sightings;
 
@@ -60,6 +61,7 @@ pub use events::{
     MAX_APPEND_EVENTS, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions,
     StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
+pub use fenced::Fence;
 pub use sightings::Sightings;
 
 pub use lease::{
@@ -155,6 +157,23 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     ) -> Result<Bookmark, EventStorageError> {
         let _ = (reader, position, tags);
         Err(EventStorageError::Unsupported(Capability::Bookmarks))
+    }
+
+    /// Places `reader`'s bookmark at `position` as [`bookmark`](Self::bookmark) does, under
+    /// the tenure `fence` (see [`Fence`]): refused with [`EventStorageError::Fenced`], writing
+    /// nothing, when a higher token of that lease has written this reader's bookmark, or the
+    /// lease's current tenure has a higher token. Atomic: no other write of the bookmark and
+    /// no acquisition of the lease comes between the check and the write. Storages without
+    /// [`Capability::FencedBookmarks`] answer [`EventStorageError::Unsupported`].
+    async fn bookmark_fenced(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+    ) -> Result<Bookmark, EventStorageError> {
+        let _ = (reader, position, tags, fence);
+        Err(EventStorageError::Unsupported(Capability::FencedBookmarks))
     }
 
     /// `reader`'s bookmark, if it has one.

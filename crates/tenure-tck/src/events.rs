@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tenure_ports::{
     AppendRequest, Capability, EventCursor, EventPosition, EventQuery, EventStorage,
-    EventStorageError, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS, NewEvent, ReadOptions,
-    StoredEvent,
+    EventStorageError, Fence, LeaseName, LeaseRequest, MAX_PAYLOAD_DEPTH, MAX_READ_LIMIT, MAX_TAGS,
+    NewEvent, ReadOptions, StoredEvent,
 };
 
 use crate::check::{Failure, ensure, ensure_eq};
@@ -17,6 +17,12 @@ type Outcome = Result<(), Failure>;
 
 const EVENTS: &[Capability] = &[Capability::Events];
 const BOOKMARKS: &[Capability] = &[Capability::Events, Capability::Bookmarks];
+const FENCED: &[Capability] = &[
+    Capability::Events,
+    Capability::Bookmarks,
+    Capability::Lease,
+    Capability::FencedBookmarks,
+];
 
 macro_rules! scenarios {
     ($($prefix:literal $needs:ident: $name:ident),* $(,)?) => {
@@ -49,6 +55,7 @@ scenarios![
     "bookmarks_" BOOKMARKS: place_move_remove,
     "bookmarks_" BOOKMARKS: listed_by_reader,
     "bookmarks_" BOOKMARKS: must_point_at_stored_event,
+    "bookmarks_" FENCED: fenced_refuse_an_older_tenure,
 ];
 
 fn event(stream: &str, event_type: &str, n: u64) -> NewEvent {
@@ -602,6 +609,90 @@ async fn place_move_remove(s: &Subject) -> Outcome {
         s.storage.get_bookmarks().await?.is_empty(),
         "bookmarks after removal"
     );
+    Ok(())
+}
+
+/// A zombie's late bookmark never moves the bookmark backwards: a fenced write is refused
+/// once a newer tenure has written the reader's bookmark, or merely holds the lease.
+async fn fenced_refuse_an_older_tenure(s: &Subject) -> Outcome {
+    let stored = append(s, (1..=3).map(|n| event("s", "T", n)).collect()).await?;
+    let ttl = std::time::Duration::from_secs(30);
+    let lease = "fenced-projection";
+    let name = LeaseName::new(lease).map_err(|e| Failure::new(e.to_string()))?;
+    let first = s
+        .storage
+        .request_lease(&LeaseRequest::new(lease, "zombie", 0, ttl))
+        .await?;
+    let zombie = Fence::new(name.clone(), first.fencing_token);
+    s.storage
+        .bookmark_fenced("projection", stored[0].position, &[], &zombie)
+        .await?;
+    // The holder is paused; its tenure ends (a release stands in for its expiry) and a
+    // successor takes over and bookmarks further.
+    s.storage.release_lease(lease, "zombie").await?;
+    let second = s
+        .storage
+        .request_lease(&LeaseRequest::new(lease, "successor", 0, ttl))
+        .await?;
+    ensure!(
+        second.fencing_token > first.fencing_token,
+        "the successor's token {} is not above {}",
+        second.fencing_token,
+        first.fencing_token
+    );
+    let successor = Fence::new(name.clone(), second.fencing_token);
+    s.storage
+        .bookmark_fenced("projection", stored[2].position, &[], &successor)
+        .await?;
+    // The zombie wakes up and writes its late bookmark: refused, nothing written.
+    match s
+        .storage
+        .bookmark_fenced("projection", stored[1].position, &[], &zombie)
+        .await
+    {
+        Err(EventStorageError::Fenced { token, newer, .. }) => {
+            ensure_eq!(token, first.fencing_token.get(), "the refused token");
+            ensure_eq!(newer, second.fencing_token.get(), "the newer token named");
+        }
+        other => {
+            return Err(Failure::new(format!(
+                "a superseded tenure's bookmark: expected Fenced, got {other:?}"
+            )));
+        }
+    }
+    ensure_eq!(
+        s.storage
+            .get_bookmark("projection")
+            .await?
+            .map(|b| b.position),
+        Some(stored[2].position),
+        "the bookmark after the zombie's write"
+    );
+    // A reader the successor never wrote is still fenced by the lease's current tenure.
+    match s
+        .storage
+        .bookmark_fenced("other-reader", stored[1].position, &[], &zombie)
+        .await
+    {
+        Err(EventStorageError::Fenced { .. }) => {}
+        other => {
+            return Err(Failure::new(format!(
+                "a write under a tenure that no longer holds the lease: expected Fenced, got {other:?}"
+            )));
+        }
+    }
+    ensure_eq!(
+        s.storage.get_bookmark("other-reader").await?,
+        None,
+        "a refused write wrote nothing"
+    );
+    // The current tenure writes again, and an unfenced write stays possible.
+    s.storage
+        .bookmark_fenced("projection", stored[2].position, &[], &successor)
+        .await?;
+    s.storage
+        .bookmark("unfenced", stored[0].position, &[])
+        .await?;
     Ok(())
 }
 
