@@ -313,12 +313,7 @@ impl Record {
                 tags,
                 placed_at,
             } => {
-                let bookmark = Bookmark {
-                    reader,
-                    position: position_of(position)?,
-                    tags,
-                    placed_at: Timestamp::from_micros(placed_at),
-                };
+                let bookmark = bookmark_of(reader, position, tags, placed_at)?;
                 log.apply(Change::BookmarkPlaced(&bookmark))
                     .map_err(|e| e.to_string())
             }
@@ -329,12 +324,7 @@ impl Record {
                 placed_at,
                 token,
             } => {
-                let bookmark = Bookmark {
-                    reader,
-                    position: position_of(position)?,
-                    tags,
-                    placed_at: Timestamp::from_micros(placed_at),
-                };
+                let bookmark = bookmark_of(reader, position, tags, placed_at)?;
                 let token = FencingToken::new(token).ok_or_else(|| {
                     format!("a fenced bookmark of {:?} with token 0", bookmark.reader)
                 })?;
@@ -378,6 +368,21 @@ impl EventOwned {
             recorded_at: Timestamp::from_micros(self.recorded_at),
         })
     }
+}
+
+/// A bookmark as a record stores it.
+fn bookmark_of(
+    reader: String,
+    position: u64,
+    tags: Vec<String>,
+    placed_at: i64,
+) -> Result<Bookmark, String> {
+    Ok(Bookmark {
+        reader,
+        position: position_of(position)?,
+        tags,
+        placed_at: Timestamp::from_micros(placed_at),
+    })
 }
 
 fn position_of(value: u64) -> Result<EventPosition, String> {

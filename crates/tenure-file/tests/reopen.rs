@@ -424,11 +424,23 @@ fn a_readers_fence_survives_a_reopen() {
             .await
             .unwrap_err();
         assert!(
-            matches!(refused, EventStorageError::Fenced { token: 1, newer: 2, .. }),
+            matches!(
+                refused,
+                EventStorageError::Fenced {
+                    token: 1,
+                    newer: 2,
+                    ..
+                }
+            ),
             "{refused:?}"
         );
         assert_eq!(
-            storage.get_bookmark("projection").await.unwrap().unwrap().position,
+            storage
+                .get_bookmark("projection")
+                .await
+                .unwrap()
+                .unwrap()
+                .position,
             pos(2)
         );
         storage

@@ -197,14 +197,14 @@ impl EventLog {
         }
     }
 
-    /// Places a bookmark, which must point at a stored event.
-    pub fn bookmark(
-        &mut self,
+    /// The bookmark `reader` would place at `position`: its name and tags valid, `position`
+    /// that of a stored event.
+    fn checked_bookmark(
+        &self,
         reader: &str,
         position: EventPosition,
         tags: &[String],
         now: Timestamp,
-        journal: Option<&mut dyn Journal>,
     ) -> Result<Bookmark, EventStorageError> {
         validate_bookmark(reader, tags)?;
         if self
@@ -220,12 +220,24 @@ impl EventLog {
             )
             .into());
         }
-        let bookmark = Bookmark {
+        Ok(Bookmark {
             reader: reader.to_owned(),
             position,
             tags: normalize_tags(tags),
             placed_at: now,
-        };
+        })
+    }
+
+    /// Places a bookmark, which must point at a stored event.
+    pub fn bookmark(
+        &mut self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        now: Timestamp,
+        journal: Option<&mut dyn Journal>,
+    ) -> Result<Bookmark, EventStorageError> {
+        let bookmark = self.checked_bookmark(reader, position, tags, now)?;
         let change = Change::BookmarkPlaced(&bookmark);
         if let Some(journal) = journal {
             journal.record(change)?;
@@ -249,7 +261,7 @@ impl EventLog {
         now: Timestamp,
         journal: Option<&mut dyn Journal>,
     ) -> Result<Bookmark, EventStorageError> {
-        validate_bookmark(reader, tags)?;
+        let bookmark = self.checked_bookmark(reader, position, tags, now)?;
         let newer = [self.fences.get(reader).copied(), lease_token]
             .into_iter()
             .flatten()
@@ -263,25 +275,6 @@ impl EventLog {
                 newer: newer.get(),
             });
         }
-        if self
-            .events
-            .binary_search_by_key(&position, |e| e.position)
-            .is_err()
-        {
-            return Err(ValidationError::new(
-                Field::Position,
-                Reason::NoSuchEvent {
-                    position: position.get(),
-                },
-            )
-            .into());
-        }
-        let bookmark = Bookmark {
-            reader: reader.to_owned(),
-            position,
-            tags: normalize_tags(tags),
-            placed_at: now,
-        };
         let change = Change::BookmarkFenced {
             bookmark: &bookmark,
             token: fence.token,
