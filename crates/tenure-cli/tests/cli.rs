@@ -67,46 +67,31 @@ fn ddl_prints_the_tables_of_a_prefix_and_refuses_a_bad_one() {
 }
 
 #[test]
-fn a_password_never_appears_in_errors() {
+fn a_password_never_appears_in_a_usage_or_parse_error() {
+    // Every form of a password, through every command and variable, when the server answers
+    // or not: `tests/secrets.rs`. Here the errors about the string itself.
     let secret = "s3cr3t-Pa55";
-    for url in [
-        format!("postgres://app:{secret}@127.0.0.1:1/app"),
-        format!("postgres://app:{secret}@127.0.0.1:notaport/app"),
-        format!("host=127.0.0.1 port=1 user=app password={secret}"),
+    let unparsable = format!("postgres://app:{secret}@127.0.0.1:notaport/app");
+    for args in [
+        vec!["leases", "--database-url", unparsable.as_str()],
+        vec!["schema", "validate", "--database-url", unparsable.as_str()],
+        vec!["demo", "--ttl", "1s", "--postgres", unparsable.as_str()],
+        vec![
+            "run",
+            "--lease",
+            "l",
+            "--ttl",
+            "1s",
+            "--database-url",
+            unparsable.as_str(),
+            "--",
+            "true",
+        ],
     ] {
-        for args in [
-            vec!["leases", "--database-url", url.as_str()],
-            vec!["schema", "validate", "--database-url", url.as_str()],
-            vec!["demo", "--ttl", "1s", "--postgres", url.as_str()],
-            vec![
-                "run",
-                "--lease",
-                "l",
-                "--ttl",
-                "1s",
-                "--database-url",
-                url.as_str(),
-                "--",
-                "true",
-            ],
-        ] {
-            let output = tenure(&args);
-            let stderr = assert_one_line_failure(&output, 1);
-            assert!(!stderr.contains(secret), "{args:?} leaked: {stderr}");
-        }
+        let output = tenure(&args);
+        let stderr = assert_one_line_failure(&output, 1);
+        assert!(!stderr.contains(secret), "{args:?} leaked: {stderr}");
     }
-    // Through the environment too.
-    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .arg("leases")
-        .env(
-            "TENURE_DATABASE_URL",
-            format!("postgres://app:{secret}@127.0.0.1:1/app"),
-        )
-        .output()
-        .unwrap();
-    let stderr = assert_one_line_failure(&output, 1);
-    assert!(!stderr.contains(secret), "{stderr}");
-    // And a usage error that echoes the argument.
     let output = tenure(&["leases", &format!("postgres://app:{secret}@h/db")]);
     let stderr = assert_one_line_failure(&output, 2);
     assert!(!stderr.contains(secret), "{stderr}");

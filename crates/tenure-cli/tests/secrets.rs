@@ -5,42 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
+#[path = "common/command.rs"]
+mod command;
 
+use command::tenure;
 use tenure_pg_test::{PrefixGuard, required_server, secret_forms, shows_a_secret, unique_prefix};
-
-/// Every variable that can name a server, for a clean environment.
-const NAMING: &[&str] = &[
-    "TENURE_DATABASE_URL",
-    "DATABASE_URL",
-    "TENURE_PG_URL",
-    "PGHOST",
-    "PGHOSTADDR",
-    "PGPORT",
-    "PGUSER",
-    "PGPASSWORD",
-    "PGDATABASE",
-    "PGSSLMODE",
-    "PGSSLROOTCERT",
-];
 
 /// The arguments of one run of the command, and the variables it gets.
 type Run<'a> = (Vec<String>, Vec<(&'a str, &'a str)>);
-
-fn tenure(args: &[&str], env: &[(&str, &str)]) -> (Output, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
-    command.args(args).env_remove("RUST_LOG");
-    for name in NAMING {
-        command.env_remove(name);
-    }
-    let output = command.envs(env.iter().copied()).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output, text)
-}
 
 #[test]
 fn no_form_of_a_password_is_printed_by_the_command() {

@@ -4,31 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
+#[path = "common/command.rs"]
+mod command;
 
+use command::tenure;
 use tenure_pg_test::cluster::Cluster;
 use tenure_pg_test::tls::TestCa;
-
-fn tenure(args: &[&str], env: &[(&str, &str)]) -> (Output, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
-    command.args(args).env_remove("RUST_LOG");
-    for name in [
-        "TENURE_DATABASE_URL",
-        "DATABASE_URL",
-        "PGHOST",
-        "PGPORT",
-        "PGUSER",
-    ] {
-        command.env_remove(name);
-    }
-    let output = command.envs(env.iter().copied()).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output, text)
-}
 
 #[test]
 fn verify_full_works_from_the_command_and_a_wrong_ca_is_a_tls_error() {
