@@ -159,17 +159,17 @@ impl LeaseEntry {
         self.last.priority = request.priority;
         self.last.ttl = ttl;
         let request = &self.last;
-        // Whether this caller was already a live contender at this priority: only a new (or
-        // newly higher) registration is news to the holder.
-        let known = self.contenders.iter().any(|c| {
-            c.owner == request.owner && c.priority == request.priority && c.is_live_at(now)
-        });
         let outcome = domain::decide_request(self.record.as_ref(), &self.contenders, request, now)?;
+        // A step-down request is news to the holder only for a new (or newly higher, or
+        // revived) registration: the scan runs for outranking standbys alone, never on a
+        // renewal, and before the registrations are updated below.
         let change = if outcome.transition.is_acquisition() {
             Some(LeaseChangeKind::Acquired)
         } else if outcome.transition == Transition::Standby
-            && !known
             && request.priority > outcome.response.lease.priority
+            && !self.contenders.iter().any(|c| {
+                c.owner == request.owner && c.priority == request.priority && c.is_live_at(now)
+            })
         {
             Some(LeaseChangeKind::StepDownRequested)
         } else {
