@@ -3,8 +3,8 @@
 //! role or database), a missing object or privilege, or corrupt data.
 
 use tenure_ports::{
-    Capabilities, EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    async_trait,
+    Capabilities, EventStorage, EventStorageError, LeaseChanges, LeaseRequest, LeaseResponse,
+    LeaseSnapshot, async_trait,
 };
 use tenure_postgres::PostgresEventStorage;
 use tokio::sync::watch;
@@ -92,6 +92,10 @@ impl EventStorage for Watched {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        self.inner.lease_changes()
     }
 
     async fn request_lease(

@@ -90,6 +90,13 @@ impl Capabilities {
         Capabilities(self.0 | capability.bit())
     }
 
+    /// The set without `capability`: what a wrapper that does not pass a capability on
+    /// advertises.
+    #[must_use]
+    pub const fn without(self, capability: Capability) -> Self {
+        Capabilities(self.0 & !capability.bit())
+    }
+
     /// The capabilities in the set, in declaration order.
     pub fn iter(self) -> impl Iterator<Item = Capability> {
         Capability::ALL

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tenure_ports::{
-    Capabilities, EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    async_trait,
+    Capabilities, EventStorage, EventStorageError, LeaseChanges, LeaseRequest, LeaseResponse,
+    LeaseSnapshot, async_trait,
 };
 use tenure_tck::history::History;
 use tokio::time::Instant;
@@ -90,6 +90,10 @@ impl EventStorage for RecordingStorage {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        self.inner.lease_changes()
     }
 
     async fn request_lease(

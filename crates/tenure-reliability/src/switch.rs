@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use tenure_ports::{
-    Capabilities, Contender, EventStorage, EventStorageError, LeaseRequest, LeaseResponse,
-    LeaseSnapshot, async_trait,
+    Capabilities, Contender, EventStorage, EventStorageError, LeaseChanges, LeaseRequest,
+    LeaseResponse, LeaseSnapshot, async_trait,
 };
 
 /// Delegates the lease calls to the current target; [`switch_to`](Self::switch_to) replaces
@@ -53,6 +53,12 @@ impl EventStorage for SwitchableStorage {
 
     fn capabilities(&self) -> Capabilities {
         self.current().capabilities()
+    }
+
+    // The target's at subscription time: after a switch, wake-ups of the new target are not
+    // heard until the elector subscribes again (a wake-up is only a hint; polls still come).
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        self.current().lease_changes()
     }
 
     async fn request_lease(

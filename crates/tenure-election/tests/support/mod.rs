@@ -13,9 +13,9 @@ pub mod processing;
 use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
 use tenure_memory::MemoryEventStorage;
 use tenure_ports::{
-    AppendRequest, Bookmark, Capabilities, Clock, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot, LeaseStatus,
-    ReadOptions, StoredEvent, Timestamp, async_trait,
+    AppendRequest, Bookmark, Capabilities, Capability, Clock, Contender, EventPosition, EventQuery,
+    EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot,
+    LeaseStatus, ReadOptions, StoredEvent, Timestamp, async_trait,
 };
 use tokio::time::Instant;
 
@@ -167,7 +167,12 @@ impl EventStorage for Faulty {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.backend.memory.capabilities()
+        // Lease changes are not passed on: these tests judge the poll-driven elector, on
+        // paused time. Every other capability is, faults and all.
+        self.backend
+            .memory
+            .capabilities()
+            .without(Capability::LeaseChanges)
     }
 
     async fn request_lease(
@@ -236,6 +241,26 @@ impl EventStorage for Faulty {
     ) -> Result<Bookmark, EventStorageError> {
         self.inject().await?;
         let bookmark = self.backend.memory.bookmark(reader, position, tags).await?;
+        self.backend.timeline.push(Mark::Bookmarked {
+            by: self.label.clone(),
+            position: position.get(),
+        });
+        Ok(bookmark)
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+    ) -> Result<Bookmark, EventStorageError> {
+        self.inject().await?;
+        let bookmark = self
+            .backend
+            .memory
+            .bookmark_fenced(reader, position, tags, fence)
+            .await?;
         self.backend.timeline.push(Mark::Bookmarked {
             by: self.label.clone(),
             position: position.get(),
