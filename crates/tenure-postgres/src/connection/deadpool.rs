@@ -22,17 +22,12 @@ use tenure_conninfo::ConnInfo;
 /// A deadpool-postgres pool, as a [`Driver`].
 pub(crate) struct Deadpool {
     pool: Pool,
-    /// How an abandoned call's cancel request is sent (see [`super::cancel::CancelTls`]).
-    cancel_tls: super::cancel::CancelTls,
 }
 
 impl Deadpool {
     /// The driver over `pool`.
     pub(crate) fn new(pool: Pool) -> Self {
-        Deadpool {
-            pool,
-            cancel_tls: None,
-        }
+        Deadpool { pool }
     }
 
     /// A pool of at most `size` connections for `info`, each bound to `timeout` (connecting,
@@ -50,10 +45,6 @@ impl Deadpool {
             super::config::tokio_config(info, timeout).map_err(UrlError::Url)?,
             NoTls,
         );
-        #[cfg(feature = "tls")]
-        let cancel_tls = Some(tls.clone());
-        #[cfg(not(feature = "tls"))]
-        let cancel_tls = None;
         let manager = Manager::from_config(
             config,
             tls,
@@ -69,7 +60,7 @@ impl Deadpool {
             .recycle_timeout(Some(timeout))
             .build()
             .map_err(|e| UrlError::Pool(e.to_string().into()))?;
-        Ok(Deadpool { pool, cancel_tls })
+        Ok(Deadpool { pool })
     }
 }
 
@@ -124,13 +115,6 @@ impl Driver for Deadpool {
 
     fn discard(&self, connection: Object) {
         drop(Object::take(connection));
-    }
-
-    // `CancelTls` is `Copy` without the `tls` feature, a connector to clone with it.
-    #[cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
-    fn abandon(&self, connection: Object) {
-        let bound = super::cancel::abandon_bound(self.pool.timeouts().wait);
-        super::cancel::cancel_and_keep(connection, bound, self.cancel_tls.clone());
     }
 
     fn close(&self) {

@@ -22,7 +22,6 @@ use crate::decode::Row;
 use crate::error::Failure;
 
 #[cfg(feature = "deadpool")]
-pub(crate) mod cancel;
 pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
@@ -94,9 +93,8 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Takes `connection` out of the pool and closes it.
     fn discard(&self, connection: Self::Connection);
 
-    /// Deals with `connection`, whose call was abandoned with a statement in flight: cancels
-    /// the statement and keeps the connection where the driver can (see [`cancel`]), closes
-    /// it otherwise (this default).
+    /// Deals with `connection`, whose call was abandoned with a statement in flight: closes
+    /// it (its statement's outcome is unknown, and its answer may still arrive on it).
     fn abandon(&self, connection: Self::Connection) {
         self.discard(connection);
     }
@@ -222,7 +220,7 @@ impl<D: Driver> Link<D> {
 /// for it ([`discard`](Self::discard)), the connection is taken out of the pool and closed
 /// instead of being handed to the next caller with a dead socket or a state in doubt. If the
 /// call is abandoned while a statement is in flight (a timeout, a dropped future), the driver's
-/// [`Driver::abandon`] decides: cancel and keep where it can, close otherwise.
+/// [`Driver::abandon`] decides (it closes it).
 pub(crate) struct Checkout<'a, D: Driver> {
     driver: &'a D,
     connection: Option<D::Connection>,
