@@ -46,8 +46,7 @@ pub struct DemoOptions {
 pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Result<()> {
     let ttl = options.ttl;
     // Refuse a ttl the elector cannot run with before telling anything.
-    tenure_election::ElectorConfig::new(options.lease.as_str(), ttl)
-        .with_owner("replica-a")
+    replica::elector_config(&options.lease, ttl, "replica-a")
         .validate()
         .context("invalid --ttl")?;
     let poll = ttl / 3;

@@ -42,6 +42,17 @@ impl Setup {
     }
 }
 
+/// A replica's elector settings: the defaults, except that a storage call may take three
+/// quarters of the poll interval (ttl/4) instead of half. The demo is run on laptops and
+/// shared CI machines, where a commit can stall for a few hundred milliseconds; with a short
+/// ttl, half a poll interval would tell such a stall as a failed renewal, which the story does
+/// not need (a leader renews at every poll and holds until its deadline either way).
+pub fn elector_config(lease: &str, ttl: Duration, name: &str) -> ElectorConfig {
+    ElectorConfig::new(lease, ttl)
+        .with_owner(name)
+        .with_call_timeout(ttl / 4)
+}
+
 /// Something the demo asks a dispatcher to do at its next batch.
 enum Plan {
     /// Dispatch the batch, tell which orders, then hang until killed: the crash comes before
@@ -92,9 +103,7 @@ impl Replica {
     /// Starts replica `name` with `priority`: its elector begins requesting at once, and its
     /// processor waits to lead.
     pub fn start(setup: &Setup, name: &'static str, priority: i64) -> anyhow::Result<Replica> {
-        let config = ElectorConfig::new(setup.lease.as_str(), setup.ttl)
-            .with_owner(name)
-            .with_priority(priority);
+        let config = elector_config(&setup.lease, setup.ttl, name).with_priority(priority);
         let elector = LeaderElector::start(Arc::clone(&setup.storage), config)
             .with_context(|| format!("starting {name}"))?;
         let control = Arc::new(Control::default());
