@@ -44,14 +44,29 @@ CREATE TABLE IF NOT EXISTS {{prefix}}event_keys (
 );
 
 -- One row per reader: the position of the last event it processed (always a stored event),
--- its tags, and when it was last placed (database clock).
+-- its tags, when it was last placed (database clock), and its fence: the highest fencing token
+-- a fenced write of it carried (NULL until one does). A fenced write with a lower token is
+-- refused; an unfenced write leaves the fence as it is.
 CREATE TABLE IF NOT EXISTS {{prefix}}bookmarks (
     reader          text COLLATE "C"   NOT NULL,
     position        bigint             NOT NULL,
     tags            text[] COLLATE "C" NOT NULL,
     placed_at       timestamptz        NOT NULL,
+    fence_token     bigint,
     CONSTRAINT {{prefix}}bookmarks_pkey PRIMARY KEY (reader)
 );
+-- `fence_token` came after the table's first version: add it to a table that lacks it (looked
+-- up first, because ALTER TABLE locks the table even when there is nothing to do; a nullable
+-- column without a default rewrites nothing).
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = '{{prefix}}bookmarks'::regclass
+                      AND attname = 'fence_token' AND NOT attisdropped) THEN
+        ALTER TABLE {{prefix}}bookmarks ADD COLUMN fence_token bigint;
+    END IF;
+END
+$do$;
 
 -- The query shapes: by stream and by type, in position order (a read and the condition check
 -- scan them from a position on); by tags (`tags @> $1`, a GIN index). Reads of every event use

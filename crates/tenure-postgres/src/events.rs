@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tenure_ports::domain::{Field, Reason, ValidationError};
 use tenure_ports::{
-    AppendRequest, Bookmark, Direction, EventPosition, EventQuery, EventStorageError, ReadOptions,
+    AppendRequest, Bookmark, Direction, EventPosition, EventQuery, EventStorageError, Fence,
+    ReadOptions,
     StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
 use tokio::time::Instant;
@@ -32,6 +33,8 @@ pub(crate) struct EventStatements {
     reads: Vec<Sql>,
     horizon_passed: Sql,
     bookmark: Sql,
+    bookmark_fenced: Sql,
+    fence_of: Sql,
     get_bookmark: Sql,
     remove_bookmark: Sql,
     bookmarks: Sql,
@@ -121,6 +124,38 @@ impl EventStatements {
                  RETURNING b.placed_at"
             )
             .into(),
+            // One statement, so one round trip: the lease's row is locked (FOR SHARE) so that
+            // no acquisition commits between the check and the write, and the upsert's own row
+            // lock re-checks the reader's fence against a concurrent fenced write (the `WHERE`
+            // of `DO UPDATE` sees the latest row). `placed_at` is read once that row lock is
+            // held, so that one reader's fenced writes are placed in the order they were
+            // decided on. It answers the placed instant (NULL when
+            // nothing was written), the newest token seen, and whether the event exists, so
+            // that a refusal is told apart from a missing event.
+            bookmark_fenced: format!(
+                "WITH lease AS ( \
+                     SELECT fencing_token FROM {p}leases WHERE lease_name = $4 FOR SHARE), \
+                 newer AS ( \
+                     SELECT GREATEST((SELECT fencing_token FROM lease), \
+                                     (SELECT fence_token FROM {p}bookmarks \
+                                       WHERE reader = $1)) AS token), \
+                 placed AS ( \
+                     INSERT INTO {p}bookmarks AS b \
+                            (reader, position, tags, placed_at, fence_token) \
+                     SELECT $1, $2, $3, clock_timestamp(), $5 \
+                      WHERE EXISTS (SELECT FROM {p}events e WHERE e.position = $2) \
+                        AND COALESCE((SELECT token FROM newer), 0) <= $5 \
+                     ON CONFLICT (reader) DO UPDATE \
+                        SET position = excluded.position, tags = excluded.tags, \
+                            placed_at = clock_timestamp(), \
+                            fence_token = excluded.fence_token \
+                      WHERE b.fence_token IS NULL OR b.fence_token <= excluded.fence_token \
+                     RETURNING b.placed_at) \
+                 SELECT (SELECT placed_at FROM placed), (SELECT token FROM newer), \
+                        EXISTS (SELECT FROM {p}events e WHERE e.position = $2)"
+            )
+            .into(),
+            fence_of: format!("SELECT fence_token FROM {p}bookmarks WHERE reader = $1").into(),
             get_bookmark: format!(
                 "SELECT reader, position, tags, placed_at FROM {p}bookmarks WHERE reader = $1"
             )
@@ -381,6 +416,72 @@ pub(crate) async fn place_bookmark<D: Driver>(
         position,
         tags,
         placed_at,
+    })
+}
+
+/// `bookmark_fenced`: one statement (see [`EventStatements`]); a refusal writes nothing and
+/// names the newer token.
+pub(crate) async fn place_bookmark_fenced<D: Driver>(
+    link: &Link<D>,
+    statements: &EventStatements,
+    reader: &str,
+    position: EventPosition,
+    tags: &[String],
+    fence: &Fence,
+) -> Result<Bookmark, EventStorageError> {
+    validate_bookmark(reader, tags)?;
+    let tags = normalize_tags(tags);
+    let token = fence.token.get_i64();
+    let params = [
+        Param::Text(reader),
+        Param::Int8(position.get_i64()),
+        Param::Texts(&tags),
+        Param::Text(fence.lease_name.as_str()),
+        Param::Int8(token),
+    ];
+    let rows = link
+        .query("bookmark_fenced", &statements.bookmark_fenced, &params)
+        .await?;
+    let answer = decode::events::fenced_placement(&rows)?;
+    if let Some(placed_at) = answer.placed_at {
+        return Ok(Bookmark {
+            reader: reader.to_owned(),
+            position,
+            tags,
+            placed_at,
+        });
+    }
+    if !answer.event_exists {
+        return Err(ValidationError::new(
+            Field::Position,
+            Reason::NoSuchEvent {
+                position: position.get(),
+            },
+        )
+        .into());
+    }
+    let newer = match answer.newer.filter(|newer| *newer > token) {
+        Some(newer) => newer,
+        // A concurrent fenced write with a higher token took the row first: its token is the
+        // reader's fence now.
+        None => {
+            let rows = link
+                .query("bookmark_fenced", &statements.fence_of, &[Param::Text(reader)])
+                .await?;
+            decode::events::fence_token(&rows)?
+                .filter(|newer| *newer > token)
+                .ok_or_else(|| {
+                    EventStorageError::internal(
+                        "bookmark_fenced: nothing written, yet no newer token found",
+                    )
+                })?
+        }
+    };
+    Err(EventStorageError::Fenced {
+        reader: reader.to_owned(),
+        lease_name: fence.lease_name.to_string(),
+        token: fence.token.get(),
+        newer: newer.unsigned_abs(),
     })
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseSnapshot, ReadOptions,
+    EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot, ReadOptions,
     StoredEvent, async_trait,
 };
 
@@ -178,7 +178,12 @@ impl EventStorage for PostgresEventStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::from([Capability::Lease, Capability::Events, Capability::Bookmarks])
+        Capabilities::from([
+            Capability::Lease,
+            Capability::Events,
+            Capability::Bookmarks,
+            Capability::FencedBookmarks,
+        ])
     }
 
     /// One call of the `<prefix>request_lease_v1` function, in autocommit.
@@ -278,6 +283,25 @@ impl EventStorage for PostgresEventStorage {
     ) -> Result<Bookmark, EventStorageError> {
         on_adapter!(self.engine(), a => {
             events::place_bookmark(&a.link, &a.events, reader, position, tags).await
+        })
+    }
+
+    /// One statement: the lease's row is locked while the reader's fence and the lease's token
+    /// are compared with `fence` and the bookmark is written, so that no acquisition and no
+    /// other fenced write comes between them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the outcome unknown, as for an unfenced bookmark.
+    async fn bookmark_fenced(
+        &self,
+        reader: &str,
+        position: EventPosition,
+        tags: &[String],
+        fence: &Fence,
+    ) -> Result<Bookmark, EventStorageError> {
+        on_adapter!(self.engine(), a => {
+            events::place_bookmark_fenced(&a.link, &a.events, reader, position, tags, fence).await
         })
     }
 

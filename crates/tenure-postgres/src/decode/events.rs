@@ -49,6 +49,37 @@ pub(crate) fn placed_at<R: Row>(
     rows.first().map(|row| get(row, 0, "placed_at")).transpose()
 }
 
+/// The answer of a fenced bookmark write.
+pub(crate) struct FencedPlacement {
+    /// When the bookmark was placed; `None`: nothing was written.
+    pub(crate) placed_at: Option<tenure_ports::Timestamp>,
+    /// The highest token the statement saw (the lease's, the reader's fence), if any.
+    pub(crate) newer: Option<i64>,
+    /// Whether the bookmark's event exists.
+    pub(crate) event_exists: bool,
+}
+
+/// The one row of the fenced bookmark statement.
+pub(crate) fn fenced_placement<R: Row>(rows: &[R]) -> Result<FencedPlacement, EventStorageError> {
+    let Some(row) = rows.first() else {
+        return Err(EventStorageError::internal("bookmark_fenced: no row"));
+    };
+    Ok(FencedPlacement {
+        placed_at: get(row, 0, "placed_at")?,
+        newer: get(row, 1, "newer token")?,
+        event_exists: get(row, 2, "event exists")?,
+    })
+}
+
+/// A reader's fence token, if it has a bookmark with one.
+pub(crate) fn fence_token<R: Row>(rows: &[R]) -> Result<Option<i64>, EventStorageError> {
+    Ok(rows
+        .first()
+        .map(|row| get::<Option<i64>>(row, 0, "fence_token"))
+        .transpose()?
+        .flatten())
+}
+
 /// The answer of the horizon check: whether every older transaction has finished.
 pub(crate) fn horizon_passed<R: Row>(rows: &[R]) -> Result<bool, EventStorageError> {
     match rows.first() {

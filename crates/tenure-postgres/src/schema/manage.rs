@@ -16,7 +16,7 @@ struct Expected {
 }
 
 /// The columns of [`TABLES`] that may hold NULL (every other one must be NOT NULL).
-const NULLABLE: &[(&str, &str)] = &[("leases", "released_at")];
+const NULLABLE: &[(&str, &str)] = &[("leases", "released_at"), ("bookmarks", "fence_token")];
 
 const TABLES: &[Expected] = &[
     Expected {
@@ -71,6 +71,7 @@ const TABLES: &[Expected] = &[
             ("position", "bigint"),
             ("tags", "text[]"),
             ("placed_at", "timestamp with time zone"),
+            ("fence_token", "bigint"),
         ],
     },
 ];
