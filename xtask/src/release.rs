@@ -7,6 +7,8 @@
 //! 3. A third party's view of the conformance kit: the partial adapter's `cargo test` reports
 //!    the scenarios it cannot run as ignored, in libtest's own summary, as many as the kit's
 //!    closing line says it skipped.
+//! 4. The PostgreSQL adapter with each driver alone (`--no-default-features` and one driver,
+//!    with and without TLS): a user of one driver compiles none of the other.
 
 use crate::cargo;
 use crate::summary::{TckSummary, Totals};
@@ -18,6 +20,9 @@ const UNPUBLISHED: &[&str] = &[
     "xtask",
     "tenure-example-partial-adapter",
 ];
+
+/// The feature sets of `tenure-postgres` a user of one driver picks.
+const DRIVER_ALONE: &[&str] = &["deadpool", "sqlx-0_9", "sqlx-0_9,tls"];
 
 pub fn check() -> Result<(), String> {
     crate::step("cargo doc --workspace --no-deps --all-features (RUSTDOCFLAGS=-D warnings)");
@@ -44,6 +49,20 @@ pub fn check() -> Result<(), String> {
         return Err("the partial adapter's conformance run failed".into());
     }
     skipped_as_ignored(&run.output)?;
+
+    for features in DRIVER_ALONE {
+        crate::step(&format!(
+            "cargo check -p tenure-postgres --no-default-features --features {features}"
+        ));
+        cargo::run(&[
+            "check",
+            "-p",
+            "tenure-postgres",
+            "--no-default-features",
+            "--features",
+            features,
+        ])?;
+    }
     println!("xtask: the crates package, their docs build, and the kit reports skips as ignored");
     Ok(())
 }

@@ -21,7 +21,7 @@ use tenure_ports::EventStorageError;
 use crate::decode::Row;
 use crate::error::Failure;
 
-#[cfg(feature = "deadpool")]
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
