@@ -9,8 +9,7 @@ use std::time::Duration;
 use tenure_ports::domain::{Field, Reason, ValidationError};
 use tenure_ports::{
     AppendRequest, Bookmark, Direction, EventPosition, EventQuery, EventStorageError, Fence,
-    ReadOptions,
-    StoredEvent, normalize_tags, validate_bookmark, validate_reader,
+    ReadOptions, StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
 use tokio::time::Instant;
 
@@ -466,7 +465,11 @@ pub(crate) async fn place_bookmark_fenced<D: Driver>(
         // reader's fence now.
         None => {
             let rows = link
-                .query("bookmark_fenced", &statements.fence_of, &[Param::Text(reader)])
+                .query(
+                    "bookmark_fenced",
+                    &statements.fence_of,
+                    &[Param::Text(reader)],
+                )
                 .await?;
             decode::events::fence_token(&rows)?
                 .filter(|newer| *newer > token)

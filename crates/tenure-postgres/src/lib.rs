@@ -109,6 +109,8 @@ mod error;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod events;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod fence;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod lease;
 mod prefix;
 mod schema;
@@ -122,6 +124,8 @@ pub use builder::{
     ApplicationPool, BuildError, DEFAULT_CALL_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA_TIMEOUT,
     DEFAULT_VISIBILITY_WAIT, PostgresEventStorageBuilder,
 };
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+pub use fence::{FenceError, STALE_TOKEN_SQLSTATE, TransactionFence};
 pub use prefix::{DEFAULT_PREFIX, MAX_PREFIX_BYTES, PrefixError, TablePrefix};
 pub use schema::{SchemaMode, ddl};
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot, ReadOptions,
-    StoredEvent, async_trait,
+    EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot,
+    ReadOptions, StoredEvent, async_trait,
 };
 
 use crate::connection::{Driver, Link};

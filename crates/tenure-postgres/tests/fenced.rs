@@ -75,7 +75,9 @@ async fn race(storage: Arc<PostgresEventStorage>, fenced: bool) -> Vec<Written> 
                         placed_at: Some(bookmark.placed_at),
                         newer: None,
                     },
-                    Err(EventStorageError::Fenced { newer, token: t, .. }) => {
+                    Err(EventStorageError::Fenced {
+                        newer, token: t, ..
+                    }) => {
                         assert_eq!(t, token, "the refusal names the write's own token");
                         Written {
                             token,

@@ -74,6 +74,14 @@ const TABLES: &[Expected] = &[
             ("fence_token", "bigint"),
         ],
     },
+    Expected {
+        table: "fences",
+        columns: &[
+            ("resource", "text"),
+            ("fencing_token", "bigint"),
+            ("accepted_at", "timestamp with time zone"),
+        ],
+    },
 ];
 
 /// The other relations the event log relies on, with their `pg_class.relkind` and what to
@@ -88,6 +96,7 @@ const RELATIONS: &[(&str, &str, &str)] = &[
     ("events_tags_idx", "i", "index"),
     ("event_keys_pkey", "i", "index"),
     ("bookmarks_pkey", "i", "index"),
+    ("fences_pkey", "i", "index"),
 ];
 
 /// The functions, with their input argument types as `oidvectortypes` prints them.
@@ -101,6 +110,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "append_events_v1",
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),
+    ("fence_v1", "text, bigint"),
 ];
 
 /// Applies `mode` for `prefix` on one connection of `link`: `Ensure` runs the shipped DDL
@@ -276,12 +286,15 @@ async fn problems<D: Driver>(
     let rows = catalog(
         connection,
         what,
-        "SELECT table_name::text, column_name::text, \
-                CASE WHEN data_type = 'ARRAY' THEN substr(udt_name, 2) || '[]' \
-                     ELSE data_type END::text, \
-                is_nullable::text \
-           FROM information_schema.columns \
-          WHERE table_schema = current_schema() AND table_name = ANY($1)",
+        // From the catalog, not information_schema: information_schema.columns shows only
+        // the columns the role has a privilege on, and a table the role may not touch (the
+        // fence's, for a role that does not use it) would look missing.
+        "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, NULL)::text, \
+                CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END \
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+           JOIN pg_namespace n ON n.oid = c.relnamespace \
+          WHERE n.nspname = current_schema() AND c.relname = ANY($1) AND c.relkind = 'r' \
+            AND a.attnum > 0 AND NOT a.attisdropped",
         &[Param::Texts(&tables)],
     )
     .await?;

@@ -35,6 +35,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0004_event_functions.sql",
         include_str!("../../migrations/0004_event_functions.sql"),
     ),
+    (
+        "0005_fences.sql",
+        include_str!("../../migrations/0005_fences.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -137,10 +141,12 @@ mod tests {
                     );
                 }
             }
-            let lease_file = name.contains("lease");
+            // Only the event files touch the event tables (the lease files and the fence's
+            // file never do).
+            let event_file = name.contains("event");
             assert_eq!(
                 sql.contains("{{prefix}}events") || sql.contains("{{prefix}}bookmarks"),
-                !lease_file,
+                event_file,
                 "{name}"
             );
         }

@@ -16,6 +16,7 @@ pub(crate) const PRIMARY_KEYS: &[(&str, &str)] = &[
     ("events", "position"),
     ("event_keys", "idempotency_key"),
     ("bookmarks", "reader"),
+    ("fences", "resource"),
 ];
 
 /// The answer type of `request_lease_v1` (without its prefix) and its fields, in order.
@@ -183,7 +184,8 @@ mod tests {
             [
                 "tenure_request_lease_v1",
                 "tenure_release_lease_v1",
-                "tenure_append_events_v1"
+                "tenure_append_events_v1",
+                "tenure_fence_v1"
             ]
         );
         for (name, body) in &bodies {
