@@ -7,8 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tenure_election::{ElectorConfig, FencingGuard, LeaderElector, LeadershipState, safety_margin};
-use tenure_ports::{EventStorage, FencingToken};
-use tenure_tck::history::{Call, FencedWrite, History, Report, Tenure};
+use tenure_ports::domain::LeaseName;
+use tenure_ports::{
+    AppendRequest, Capability, EventPosition, EventStorage, EventStorageError, Fence, FencingToken,
+    NewEvent,
+};
+use tenure_tck::history::{BookmarkWrite, Call, FencedWrite, History, Report, Tenure};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -133,8 +137,16 @@ impl Rng {
 /// ttl, as a GC pause or a suspended VM would: its elector's calls hang meanwhile, and when it
 /// wakes up it writes once more with its old token *without checking*, as a zombie would. The
 /// guard must refuse that write if a newer tenure has written since.
+///
+/// On a storage with events and fenced bookmarks, each unit of work also appends an event and
+/// moves the lease's bookmark to it under the tenure's fence, and the zombie writes its last
+/// bookmark again with its old token: the checker adds that no bookmark ever moved backwards.
 pub async fn run(config: &WorkloadConfig, storage: Arc<dyn EventStorage>) -> WorkloadReport {
     let history = Arc::new(History::new());
+    let capabilities = storage.capabilities();
+    let bookmarks = (capabilities.contains(Capability::Events)
+        && capabilities.contains(Capability::FencedBookmarks))
+    .then(|| Arc::clone(&storage));
     let recorder = Arc::new(RecordingStorage::new(storage, Arc::clone(&history)));
     let guard = Arc::new(FencingGuard::new());
     let stop = Arc::new(AtomicBool::new(false));
@@ -179,6 +191,8 @@ pub async fn run(config: &WorkloadConfig, storage: Arc<dyn EventStorage>) -> Wor
                 history: Arc::clone(&history),
                 recorder: Arc::clone(&recorder),
                 guard: Arc::clone(&guard),
+                bookmarks: bookmarks.clone(),
+                last_position: None,
                 stop: Arc::clone(&stop),
                 pauses: Arc::clone(&pauses),
                 releases: Arc::clone(&releases),
@@ -218,6 +232,11 @@ struct Worker {
     history: Arc<History>,
     recorder: Arc<RecordingStorage>,
     guard: Arc<FencingGuard>,
+    /// The storage itself, for the fenced bookmarks; `None` when it lacks events or fenced
+    /// bookmarks.
+    bookmarks: Option<Arc<dyn EventStorage>>,
+    /// The position this worker's last bookmark pointed at: what a zombie writes again.
+    last_position: Option<EventPosition>,
     stop: Arc<AtomicBool>,
     pauses: Arc<AtomicU64>,
     releases: Arc<AtomicU64>,
@@ -246,6 +265,63 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// As a leader's unit of work: a new event appended, then the reader's bookmark moved to
+    /// it under the tenure's fence. Failed calls (a killed connection) are left out of the
+    /// history: their outcome is unknown, and a missing record can only hide a violation.
+    async fn bookmark_new_work(&mut self, token: FencingToken) {
+        let Some(storage) = self.bookmarks.clone() else {
+            return;
+        };
+        let event = NewEvent::new(
+            format!("{}-work", self.lease_name),
+            "Work",
+            serde_json::json!({ "token": token.get() }),
+        );
+        let Ok(stored) = storage.append(&AppendRequest::new(vec![event])).await else {
+            return;
+        };
+        let Some(position) = stored.first().map(|e| e.position) else {
+            return;
+        };
+        self.last_position = Some(position);
+        self.bookmark(&*storage, token, position).await;
+    }
+
+    /// As a zombie: the bookmark it last wrote, written again with its old token.
+    async fn bookmark_again(&self, token: FencingToken) {
+        if let (Some(storage), Some(position)) = (&self.bookmarks, self.last_position) {
+            self.bookmark(&**storage, token, position).await;
+        }
+    }
+
+    async fn bookmark(
+        &self,
+        storage: &dyn EventStorage,
+        token: FencingToken,
+        position: EventPosition,
+    ) {
+        let Ok(lease_name) = LeaseName::new(self.lease_name.as_str()) else {
+            return;
+        };
+        let fence = Fence::new(lease_name, token);
+        let placed_at = match storage
+            .bookmark_fenced(&self.lease_name, position, &[], &fence)
+            .await
+        {
+            Ok(bookmark) => Some(bookmark.placed_at),
+            Err(EventStorageError::Fenced { .. }) => None,
+            Err(_) => return,
+        };
+        self.history.record_bookmark(BookmarkWrite {
+            reader: self.lease_name.clone(),
+            token,
+            position,
+            placed_at,
+        });
+    }
+}
+
 async fn work(mut w: Worker) {
     while !w.stop.load(Ordering::Acquire) {
         let lease = tokio::select! {
@@ -266,6 +342,7 @@ async fn work(mut w: Worker) {
                     .hang(w.elector.owner().as_str(), Instant::now() + pause);
                 tokio::time::sleep(pause).await;
                 w.write(lease.token());
+                w.bookmark_again(lease.token()).await;
                 break;
             } else if dice < w.config.pause_chance + w.config.release_chance
                 || lease.is_step_down_requested()
@@ -275,6 +352,7 @@ async fn work(mut w: Worker) {
                 break;
             }
             w.write(lease.token());
+            w.bookmark_new_work(lease.token()).await;
             let pace = w.rng.between(Duration::from_millis(5), w.ttl / 5);
             tokio::time::sleep(pace).await;
         }

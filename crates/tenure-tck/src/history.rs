@@ -12,7 +12,10 @@
 //! * holder continuity: between two responses that gave one owner the lease with the same
 //!   token, no other owner was given the lease;
 //! * no two electors considered themselves leader at overlapping moments;
-//! * writes stamped with a token were never accepted out of order.
+//! * writes stamped with a token were never accepted out of order;
+//! * a fenced bookmark never moves backwards: in the order the storage placed them, the
+//!   accepted writes of one reader's bookmark never go to a lower token or an earlier
+//!   position.
 //!
 //! Instants are [`tokio::time::Instant`], so a history recorded in paused tokio time checks
 //! the same way as one recorded in real time.
@@ -22,7 +25,8 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
 use tenure_ports::{
-    EventStorage, EventStorageError, FencingToken, LeaseRequest, LeaseResponse, LeaseStatus,
+    EventPosition, EventStorage, EventStorageError, FencingToken, LeaseRequest, LeaseResponse,
+    LeaseStatus, Timestamp,
 };
 use tokio::time::Instant;
 
@@ -67,6 +71,19 @@ pub struct FencedWrite {
     pub token: FencingToken,
     /// Whether the guard accepted it.
     pub accepted: bool,
+}
+
+/// A fenced bookmark write, as the storage answered it.
+#[derive(Clone, Debug)]
+pub struct BookmarkWrite {
+    /// The reader whose bookmark was written.
+    pub reader: String,
+    /// The token the write was fenced by.
+    pub token: FencingToken,
+    /// The position it was to move the bookmark to.
+    pub position: EventPosition,
+    /// When the storage placed it (on the storage's clock), or `None` if it refused it.
+    pub placed_at: Option<Timestamp>,
 }
 
 /// A safety property that did not hold.
@@ -117,6 +134,16 @@ pub enum Violation {
         /// The older token accepted after it.
         stale: FencingToken,
     },
+    /// A reader's bookmark was moved to a lower token or an earlier position than the write
+    /// placed before it.
+    BookmarkMovedBackwards {
+        /// The reader.
+        reader: String,
+        /// The token and position of the write placed before.
+        from: (FencingToken, EventPosition),
+        /// The token and position of the write placed after it.
+        to: (FencingToken, EventPosition),
+    },
 }
 
 impl fmt::Display for Violation {
@@ -166,6 +193,12 @@ impl fmt::Display for Violation {
                 f,
                 "{lease_name}: a write with token {stale} was accepted after token {highest}"
             ),
+            Violation::BookmarkMovedBackwards { reader, from, to } => write!(
+                f,
+                "{reader}: the bookmark moved from position {} (token {}) back to position {} \
+                 (token {})",
+                from.1, from.0, to.1, to.0
+            ),
         }
     }
 }
@@ -184,6 +217,8 @@ pub struct Report {
     pub tenures: usize,
     /// Fenced writes recorded, and how many were refused.
     pub writes: (usize, usize),
+    /// Fenced bookmark writes recorded, and how many were refused.
+    pub bookmarks: (usize, usize),
     /// Every violation found.
     pub violations: Vec<Violation>,
 }
@@ -193,13 +228,15 @@ impl fmt::Display for Report {
         write!(
             f,
             "calls: {}, failed calls: {}, elections: {}, leadership spans: {}, writes: {} \
-             ({} refused), violations: {}",
+             ({} refused), fenced bookmarks: {} ({} refused), violations: {}",
             self.calls,
             self.failed_calls,
             self.elections,
             self.tenures,
             self.writes.0,
             self.writes.1,
+            self.bookmarks.0,
+            self.bookmarks.1,
             self.violations.len()
         )
     }
@@ -211,6 +248,7 @@ pub struct History {
     calls: Mutex<Vec<Call>>,
     tenures: Mutex<Vec<Tenure>>,
     writes: Mutex<Vec<FencedWrite>>,
+    bookmarks: Mutex<Vec<BookmarkWrite>>,
 }
 
 impl History {
@@ -277,6 +315,14 @@ impl History {
             .push(write);
     }
 
+    /// Records a fenced bookmark write and the storage's answer.
+    pub fn record_bookmark(&self, write: BookmarkWrite) {
+        self.bookmarks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(write);
+    }
+
     /// Checks every property over everything recorded.
     pub fn check(&self) -> Report {
         let calls = self
@@ -294,8 +340,51 @@ impl History {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        check(&calls, &tenures, &writes)
+        let bookmarks = self
+            .bookmarks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut report = check(&calls, &tenures, &writes);
+        report.bookmarks = (
+            bookmarks.len(),
+            bookmarks.iter().filter(|b| b.placed_at.is_none()).count(),
+        );
+        report.violations.extend(check_bookmarks(&bookmarks));
+        report
     }
+}
+
+/// Checks that no reader's bookmark moved backwards: its accepted fenced writes, in the order
+/// the storage placed them, never go to a lower token or an earlier position.
+pub fn check_bookmarks(writes: &[BookmarkWrite]) -> Vec<Violation> {
+    let mut by_reader: BTreeMap<&str, Vec<(Timestamp, FencingToken, EventPosition)>> =
+        BTreeMap::new();
+    for write in writes {
+        if let Some(placed_at) = write.placed_at {
+            by_reader.entry(&write.reader).or_default().push((
+                placed_at,
+                write.token,
+                write.position,
+            ));
+        }
+    }
+    let mut violations = Vec::new();
+    for (reader, mut placed) in by_reader {
+        // Stable: writes placed at one instant keep the order they were recorded in.
+        placed.sort_by_key(|(at, _, _)| *at);
+        for pair in placed.windows(2) {
+            let ((_, t0, p0), (_, t1, p1)) = (pair[0], pair[1]);
+            if t1 < t0 || p1 < p0 {
+                violations.push(Violation::BookmarkMovedBackwards {
+                    reader: reader.to_owned(),
+                    from: (t0, p0),
+                    to: (t1, p1),
+                });
+            }
+        }
+    }
+    violations
 }
 
 /// Checks recorded calls, spans and writes (see the [module docs](self)).
@@ -477,6 +566,36 @@ fn check_writes(writes: &[FencedWrite], violations: &mut Vec<Violation>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bookmark_placed_back_is_caught() {
+        let at = |us: i64| Timestamp::from_micros(us);
+        let write = |token: u64, position: u64, placed_at: Option<Timestamp>| BookmarkWrite {
+            reader: "r".into(),
+            token: token_(token),
+            position: EventPosition::new(position).unwrap(),
+            placed_at,
+        };
+        // Recorded out of order, placed in order: clean; a refusal counts for nothing.
+        let clean = [
+            write(2, 20, Some(at(2))),
+            write(1, 10, Some(at(1))),
+            write(1, 15, None),
+        ];
+        assert!(check_bookmarks(&clean).is_empty());
+        // A zombie's position placed after its successor's, and an older token placed later.
+        let backwards = [write(2, 20, Some(at(2))), write(2, 15, Some(at(3)))];
+        assert_eq!(check_bookmarks(&backwards).len(), 1);
+        let older = [write(2, 20, Some(at(2))), write(1, 30, Some(at(3)))];
+        assert!(matches!(
+            check_bookmarks(&older)[..],
+            [Violation::BookmarkMovedBackwards { .. }]
+        ));
+    }
+
+    fn token_(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
     use std::time::Duration;
     use tenure_ports::Timestamp;
     use tenure_ports::domain::{Lease, LeaseName, Owner};
