@@ -56,6 +56,15 @@ impl Failure {
         }
     }
 
+    /// Whether the statement was refused before it ran because a plan prepared on this
+    /// connection no longer matches the schema ("cached plan must not change result type",
+    /// after the answer type or a function was re-created): nothing was done, and the same
+    /// statement prepared anew can run.
+    pub(crate) fn plan_invalidated(&self) -> bool {
+        matches!(self, Failure::Server { code, message, .. }
+            if code == "0A000" && message.contains("cached plan"))
+    }
+
     /// Whether the server refused the statement for violating `constraint`'s uniqueness.
     pub(crate) fn is_unique_violation_of(&self, name: &str) -> bool {
         matches!(self, Failure::Server { code, constraint: Some(c), .. }

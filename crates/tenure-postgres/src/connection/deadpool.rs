@@ -109,6 +109,12 @@ impl Driver for Deadpool {
             .map_err(from_pg)
     }
 
+    async fn forget_statements(connection: &mut Object) -> Result<(), Failure> {
+        // The cached statements are closed on the server as they drop.
+        connection.statement_cache.clear();
+        Ok(())
+    }
+
     async fn script(connection: &mut Object, sql: &str) -> Result<(), Failure> {
         connection.batch_execute(sql).await.map_err(from_pg)
     }

@@ -84,6 +84,14 @@ pub(crate) trait Driver: Send + Sync + 'static {
         params: &[Param<'_>],
     ) -> impl Future<Output = Result<Vec<Self::Row>, Failure>> + Send;
 
+    /// Forgets the statements prepared on `connection`, so that the next [`query`] prepares
+    /// them anew (after a schema change made them stale).
+    ///
+    /// [`query`]: Driver::query
+    fn forget_statements(
+        connection: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), Failure>> + Send;
+
     /// Runs a script of statements without parameters (the simple query protocol).
     fn script(
         connection: &mut Self::Connection,
@@ -242,7 +250,16 @@ impl<D: Driver> Checkout<'_, D> {
         // Until the answer is in, the connection must not go back to the pool.
         self.reusable = false;
         self.in_flight = true;
-        let result = D::query(connection, sql, params).await;
+        let mut result = D::query(connection, sql, params).await;
+        if matches!(&result, Err(e) if e.plan_invalidated()) {
+            // A schema change (an upgrade re-created the answer type or a function) left this
+            // connection's prepared plans stale, and the statement did not run: prepare it
+            // anew, once. Each stale connection of the pool heals at its first call.
+            tracing::info!(target: "tenure_postgres", "prepared statements outdated by a schema change; preparing them again");
+            if D::forget_statements(connection).await.is_ok() {
+                result = D::query(connection, sql, params).await;
+            }
+        }
         self.in_flight = false;
         self.reusable = !matches!(&result, Err(e) if e.connection_broken());
         result

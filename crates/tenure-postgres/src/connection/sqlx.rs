@@ -157,6 +157,10 @@ impl Driver for Sqlx {
             .map_err(failure)
     }
 
+    async fn forget_statements(connection: &mut PoolConnection<Postgres>) -> Result<(), Failure> {
+        connection.clear_cached_statements().await.map_err(failure)
+    }
+
     async fn script(connection: &mut PoolConnection<Postgres>, sql: &str) -> Result<(), Failure> {
         sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
             .execute(&mut **connection)
