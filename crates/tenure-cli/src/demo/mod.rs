@@ -178,7 +178,7 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
             "interval later.)",
         ],
     );
-    let b = Replica::start(&setup, "replica-b", 0)?;
+    let mut b = Replica::start(&setup, "replica-b", 0)?;
     within(patience, "replica-b to stand by", b.wait_for(is_standby)).await??;
     // replica-b asked just now, and asks again exactly one poll interval later.
     let next_request = tokio::time::Instant::now() + poll;
@@ -205,7 +205,9 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
             "batch to dispatch with token 4, but it stops renewing. Its lease runs out and",
             "replica-d takes over with token 5, resuming after replica-b's last bookmark. When",
             "replica-b wakes up it still believes it leads, and dispatches: the downstream,",
-            "which keeps the highest token it has accepted, rejects the batch.",
+            "which keeps the highest token it has accepted, rejects the batch. The bookmark its",
+            "processor would then write with token 4 is refused by the storage too: a zombie",
+            "never moves the bookmark back.",
         ],
     );
     let d = Replica::start(&setup, "replica-d", 0)?;
@@ -215,6 +217,7 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
     sleep(ttl / 8).await;
     b.thaw();
     within(patience, "replica-b to stop", b.stopped()).await??;
+    b.zombie_bookmark(&*setup.storage, &setup.lease, n).await;
 
     // The end: the shop closes, and the leader dispatches what is left.
     shop.close().await;

@@ -10,7 +10,7 @@ use tenure_election::{
     Batch, ElectorConfig, ElectorError, LeaderElector, LeadershipState, Processor, ProcessorConfig,
     ProcessorError, Projection, StaleToken,
 };
-use tenure_ports::{EventPosition, EventStorage, FencingToken};
+use tenure_ports::{EventPosition, EventStorage, EventStorageError, Fence, FencingToken};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -73,11 +73,20 @@ struct Control {
     stop: Notify,
     /// What to do at the next batch.
     plan: Mutex<Option<Plan>>,
+    /// A thawed zombie's batch: its last position, its token and its orders.
+    unbookmarked: Mutex<Option<(EventPosition, FencingToken, Vec<u64>)>>,
 }
 
 impl Control {
     fn set_plan(&self, plan: Plan) {
         *self.plan.lock().unwrap_or_else(PoisonError::into_inner) = Some(plan);
+    }
+
+    fn set_unbookmarked(&self, position: EventPosition, token: FencingToken, orders: Vec<u64>) {
+        *self
+            .unbookmarked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((position, token, orders));
     }
 
     fn take_plan(&self) -> Option<Plan> {
@@ -218,6 +227,45 @@ impl Replica {
         Ok(orders)
     }
 
+    /// After a thawed zombie stopped: the bookmark its processor would have written after its
+    /// batch, written as it would (fenced by its old token), and told with the storage's
+    /// answer. The chapter's second fence.
+    pub async fn zombie_bookmark(
+        &self,
+        storage: &dyn EventStorage,
+        lease: &str,
+        narrator: &Narrator,
+    ) {
+        let taken = self
+            .control
+            .unbookmarked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((position, token, orders)) = taken else {
+            return;
+        };
+        let Ok(lease_name) = tenure_ports::domain::LeaseName::new(lease) else {
+            return;
+        };
+        let last_order = orders.last().copied().unwrap_or(0);
+        let line = match storage
+            .bookmark_fenced(lease, position, &[], &Fence::new(lease_name, token))
+            .await
+        {
+            Err(refused @ EventStorageError::Fenced { .. }) => format!(
+                "REFUSED {}'s bookmark at order {last_order} (token {token}): {refused}",
+                self.name
+            ),
+            Err(other) => format!("could not answer {}'s bookmark: {other}", self.name),
+            Ok(_) => format!(
+                "ACCEPTED from a superseded tenure: {}'s bookmark at order {last_order}",
+                self.name
+            ),
+        };
+        narrator.say("storage", line);
+    }
+
     /// Ends the pause: the dispatcher carries on where it stopped.
     pub fn thaw(&self) {
         if let Some(thaw) = self
@@ -232,15 +280,15 @@ impl Replica {
 
     /// A graceful shutdown: stop between batches (the last one bookmarked), then release
     /// the lease.
-    pub async fn shut_down(self) -> anyhow::Result<()> {
+    pub async fn shut_down(mut self) -> anyhow::Result<()> {
         self.control.stop.notify_one();
         self.thaw();
         self.stopped().await
     }
 
     /// Waits until the replica has stopped of its own accord (and told why).
-    pub async fn stopped(self) -> anyhow::Result<()> {
-        self.task
+    pub async fn stopped(&mut self) -> anyhow::Result<()> {
+        (&mut self.task)
             .await
             .with_context(|| format!("{} did not stop cleanly", self.name))
     }
@@ -348,6 +396,13 @@ impl Projection for Dispatcher {
                         describe(&numbers)
                     ),
                 );
+                // What its processor would bookmark after the batch, under its old token: the
+                // demo writes it once the zombie has stopped (an `.await` here would let the
+                // processor cancel the projection, which knows the tenure is over).
+                if let Some(last) = batch.events().last() {
+                    self.control
+                        .set_unbookmarked(last.position, token, numbers.clone());
+                }
                 self.dispatch(&batch, &orders, false)
             }
         }
