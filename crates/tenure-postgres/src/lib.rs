@@ -28,12 +28,19 @@
 //! `UPDATE` or `DELETE`. Appends and reads take no lock that a lease call takes, and lease calls
 //! never touch the event tables.
 //!
+//! **Fencing.** A bookmark written with
+//! [`bookmark_fenced`](tenure_ports::EventStorage::bookmark_fenced) is refused, in the same
+//! statement, once a newer tenure wrote it or holds the lease. For a downstream that writes
+//! its effects to PostgreSQL, [`TransactionFence`] checks and raises a resource's highest
+//! accepted token inside the caller's own transaction (tokio-postgres or sqlx), so that the
+//! effect and the fence commit or roll back together; `examples/exactly_once.rs` builds
+//! exactly-once processing on it.
+//!
 //! The conformance kit (`tenure-tck`) runs against all of it in real time, on each driver.
 //!
 //! It is not a migration tool and not a connection manager: it uses the application's pool or
 //! builds a small one, applies its own DDL only in [`SchemaMode::Ensure`], and leaves the rest
-//! of the database alone. Without TLS support of its own, it takes a pool built with the
-//! application's TLS connector.
+//! of the database alone.
 //!
 //! # Drivers and features
 //!
