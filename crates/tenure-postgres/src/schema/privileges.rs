@@ -206,8 +206,8 @@ mod tests {
                 .contains("UPDATE on sequence")
         );
         assert!(
-            explain("permission denied for function t_request_lease_v1")
-                .contains("EXECUTE on function t_request_lease_v1")
+            explain("permission denied for function t_request_lease_v2")
+                .contains("EXECUTE on function t_request_lease_v2")
         );
         assert!(explain("permission denied for schema s").contains("USAGE on schema s"));
         assert!(
