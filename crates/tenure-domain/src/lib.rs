@@ -66,8 +66,8 @@
 //!    work it did before the lapse.
 //! 4. **Another owner holds the live record**: the record is not touched; the answer is
 //!    [`LeaseStatus::Standby`] with the holder's current token.
-//! 5. **Another owner's record has expired**: a takeover. The caller becomes the owner, token
-//!    + 1, `acquired_at = heartbeat_at = now`, the request's priority and ttl. If the record
+//! 5. **Another owner's record has expired**: a takeover. The caller becomes the owner with
+//!    token + 1, `acquired_at = heartbeat_at = now`, the request's priority and ttl. If the record
 //!    was released, at once; if it merely expired, only once the caller has itself seen that
 //!    tenure (its token and heartbeat) unchanged for a whole ttl on its own monotonic clock (a
 //!    [`Sighting`] that [covers](Sighting::covers) the record); until then the caller stands by
