@@ -66,8 +66,15 @@
 //!    work it did before the lapse.
 //! 4. **Another owner holds the live record**: the record is not touched; the answer is
 //!    [`LeaseStatus::Standby`] with the holder's current token.
-//! 5. **Another owner's record has expired**: a takeover. The caller becomes the owner, token
-//!    + 1, `acquired_at = heartbeat_at = now`, the request's priority and ttl.
+//! 5. **Another owner's record has expired**: a takeover. The caller becomes the owner with
+//!    token + 1, `acquired_at = heartbeat_at = now`, the request's priority and ttl. If the record
+//!    was released, at once; if it merely expired, only once the caller has itself seen that
+//!    tenure (its token and heartbeat) unchanged for a whole ttl on its own monotonic clock (a
+//!    [`Sighting`] that [covers](Sighting::covers) the record); until then the caller stands by
+//!    (as in rule 4) and the record is not touched. On an embedded backend the storage's clock
+//!    is the caller's monotonic clock and the record's own heartbeat is that sighting
+//!    ([`decide_request`]); a backend on another machine's clock passes the caller's
+//!    ([`decide_request_sighted`]).
 //! 6. **The status of a holder** (cases 2, 3 and 5): [`LeaseStatus::LeaderStepDownRequested`]
 //!    when some live contender other than the holder has a priority strictly greater than the
 //!    holder's (just updated) priority; [`LeaseStatus::Leader`] otherwise. Equal or lower
@@ -104,7 +111,16 @@
 //! for display only). A database backend reads the database's clock in the same statement
 //! that decides. A step of a server's clock must not make two leaders: a takeover of a lease
 //! that merely expired (not one that was released) also requires the taker to have seen that
-//! tenure unchanged for a whole ttl on its own monotonic clock (`tenure-election` does this).
+//! tenure unchanged for a whole ttl on its own monotonic clock (rule 5; the PostgreSQL adapter
+//! keeps its callers' sightings with `tenure_ports::Sightings` and sends them with every
+//! request). The holder demotes itself a ttl after it *sent* its last confirmed renewal; the
+//! taker's sighting of that renewal begins after it was written, so the holder has stopped
+//! first, whatever the server's clock did.
+//!
+//! **The cost**: a contender whose first sight of a lease comes after it expired without a
+//! release waits up to one more ttl before taking it over. A standby that starts after every
+//! other replica died (a crash, not a release) leads up to one ttl later than the expiry alone
+//! would allow; a released lease is taken over at once.
 //!
 //! ## Fencing tokens
 //!

@@ -147,13 +147,21 @@ impl Cluster {
 
     /// Starts the server and waits until it accepts connections.
     pub fn start(&self) -> Result<(), String> {
+        self.start_with_env(&[])
+    }
+
+    /// Starts the server with `env` added to its environment (and `pg_ctl`'s, which passes it
+    /// on), for example `LD_PRELOAD` of libfaketime to step its clock; waits until it accepts
+    /// connections.
+    pub fn start_with_env(&self, env: &[(&str, &str)]) -> Result<(), String> {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
             self.port,
             self.dir.display()
         );
         let log = self.dir.join("server.log").display().to_string();
-        self.tool(
+        self.tool_with_env(
+            env,
             "pg_ctl",
             &[
                 "-D",
@@ -197,15 +205,31 @@ impl Cluster {
     }
 
     fn tool(&self, tool: &str, args: &[&str]) -> Result<(), String> {
+        self.tool_with_env(&[], tool, args)
+    }
+
+    fn tool_with_env(&self, env: &[(&str, &str)], tool: &str, args: &[&str]) -> Result<(), String> {
         let program = self.bin.join(tool);
         let mut command = if is_root() {
+            // `env` after `runuser`, so that only the tool (and what it starts) gets it.
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
+            c.args(["-u", "postgres", "--", "env"]);
+            for (name, value) in env {
+                c.arg(format!("{name}={value}"));
+            }
+            c.arg(program);
             c
         } else {
-            Command::new(program)
+            let mut c = Command::new(program);
+            c.envs(env.iter().copied());
+            c
         };
         run(command.args(args))
+    }
+
+    /// The server's log so far (for a failing test's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 }
 

@@ -24,6 +24,14 @@
 //!   by the close (a holder that wants a fast handover releases first): they expire.
 //! * **Cancel safety**: dropping a lease call's future leaves its outcome unknown, exactly as
 //!   a timeout does; the storage stays consistent.
+//! * **Sightings**: a backend whose storage clock is another machine's (a database server's)
+//!   keeps what each of its owners saw of their leases' tenures in a [`Sightings`], on the
+//!   caller's monotonic clock: [`Sightings::before`] goes with each request, and
+//!   [`Sightings::after`] records each answer. It decides with
+//!   [`decide_request_sighted`](domain::decide_request_sighted), so that a takeover of a lease
+//!   that merely expired waits for a whole ttl of the caller's own sighting (rule 5 of the
+//!   contract). That costs up to one ttl for a contender that first sees a lease after it
+//!   expired without a release; a released lease is taken over at once.
 //!
 //! # Writing a backend
 //!

@@ -5,11 +5,18 @@
 //! transaction-scoped advisory lock, reads the clock after the lock, decides, and writes. Every
 //! statement is built once per storage from the validated prefix; every value travels as a
 //! bind parameter.
+//!
+//! A request calls `request_lease_v2` with the caller's sighting of the lease's tenure: the
+//! storage keeps a [`Sightings`] of what each of its owners saw, on this process's monotonic
+//! clock, sends [`Sightings::before`] with each request and records [`Sightings::after`] from
+//! each answer (see `migrations/0006_lease_functions_v2.sql`).
+
+use std::time::Instant;
 
 use tenure_ports::domain::Transition;
 use tenure_ports::{
     Contender, EventStorageError, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot, Owner,
-    sort_contenders,
+    Sighting, Sightings, sort_contenders,
 };
 
 use crate::connection::{Driver, Link, Param, Sql};
@@ -18,11 +25,18 @@ use crate::prefix::TablePrefix;
 
 /// The lease statements of one storage, with its prefix in place.
 pub(crate) struct LeaseStatements {
+    /// `request_lease_v2`, with the sighting.
     request: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
     #[cfg(feature = "testing")]
     request_at: Sql,
+    /// `request_lease_v1`, what a process of the previous release calls (see [`Version::V1`]).
+    #[cfg(feature = "testing")]
+    request_v1: Sql,
+    /// `request_v1` with the clock argument.
+    #[cfg(feature = "testing")]
+    request_v1_at: Sql,
     /// `release` with the clock argument.
     #[cfg(feature = "testing")]
     release_at: Sql,
@@ -36,10 +50,18 @@ impl LeaseStatements {
         LeaseStatements {
             // Called as a scalar: one column, a `<prefix>lease_outcome_v1` (see
             // `decode::composite`).
-            request: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
+            request: format!("SELECT {p}request_lease_v2($1, $2, $3, $4, $5, $6, $7)").into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
-            request_at: format!("SELECT {p}request_lease_v1($1, $2, $3, $4, {})", at(5)).into(),
+            request_at: format!(
+                "SELECT {p}request_lease_v2($1, $2, $3, $4, $5, $6, $7, {})",
+                at(8)
+            )
+            .into(),
+            #[cfg(feature = "testing")]
+            request_v1: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
+            #[cfg(feature = "testing")]
+            request_v1_at: format!("SELECT {p}request_lease_v1($1, $2, $3, $4, {})", at(5)).into(),
             #[cfg(feature = "testing")]
             release_at: format!(
                 "SELECT o_released FROM {p}release_lease_v1($1, $2, {})",
@@ -93,34 +115,107 @@ fn ttl_micros(ttl: std::time::Duration) -> Result<i64, EventStorageError> {
         .map_err(|_| EventStorageError::internal("a validated ttl does not fit in i64 micros"))
 }
 
-/// `request_lease`: one call of `<prefix>request_lease_v1`; says how the record changed.
+/// Which sighting a request sends, and which function it calls.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Version<'a> {
+    /// `request_lease_v2` with the storage's own sighting: [`Sightings::before`] is sent, and
+    /// the answer is recorded with [`Sightings::after`]. Every shipped call.
+    V2(&'a Sightings),
+    /// `request_lease_v2` with exactly this sighting, nothing recorded; for the property test.
+    #[cfg(feature = "testing")]
+    V2Given(Option<Sighting>),
+    /// `request_lease_v1`, no sighting: a process of the previous release, for the
+    /// rolling-upgrade test and the clock-step test's negative control.
+    #[cfg(feature = "testing")]
+    V1,
+}
+
+/// The sighting as `request_lease_v2`'s three arguments: token (0 for none), heartbeat in µs
+/// since the Unix epoch, and µs unchanged (saturating: a longer sighting covers every ttl).
+fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
+    match sighting {
+        None => [0, 0, 0],
+        Some(s) => [
+            i64::try_from(s.fencing_token.get()).unwrap_or(i64::MAX),
+            s.heartbeat_at.as_micros(),
+            i64::try_from(s.unchanged_for.as_micros()).unwrap_or(i64::MAX),
+        ],
+    }
+}
+
+/// `request_lease`: one call of `<prefix>request_lease_v2` (or, in tests, `_v1`); says how the
+/// record changed.
 pub(crate) async fn request<D: Driver>(
     link: &Link<D>,
     statements: &LeaseStatements,
     request: &LeaseRequest,
     clock: Clock,
+    version: Version<'_>,
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
     let request = request.validate()?;
     let ttl_micros = ttl_micros(request.ttl)?;
-    let (sql, at) = match clock {
-        Clock::Database => (&statements.request, None),
+    let at = match clock {
+        Clock::Database => None,
         #[cfg(feature = "testing")]
-        Clock::At(at) => (&statements.request_at, Some(at.as_micros())),
+        Clock::At(at) => Some(at.as_micros()),
     };
-    let params = [
-        Param::Text(request.lease_name.as_str()),
-        Param::Text(request.owner.as_str()),
-        Param::Int8(request.priority),
-        Param::Int8(ttl_micros),
-        Param::Int8(at.unwrap_or_default()),
-    ];
-    let params = if at.is_some() {
-        &params[..]
+    let sent_at = Instant::now();
+    // The statement, the sighting to send, and the registry to record the answer in.
+    let (sql, sighting, kept) = match version {
+        Version::V2(kept) => (
+            &statements.request,
+            kept.before(request.lease_name.as_str(), request.owner.as_str(), sent_at),
+            Some(kept),
+        ),
+        #[cfg(feature = "testing")]
+        Version::V2Given(sighting) => (&statements.request, sighting, None),
+        #[cfg(feature = "testing")]
+        Version::V1 => (&statements.request_v1, None, None),
+    };
+    #[cfg(feature = "testing")]
+    let sighted = !matches!(version, Version::V1);
+    #[cfg(not(feature = "testing"))]
+    let sighted = true;
+    #[cfg(feature = "testing")]
+    let sql = match (at, sighted) {
+        (None, _) => sql,
+        (Some(_), true) => &statements.request_at,
+        (Some(_), false) => &statements.request_v1_at,
+    };
+    let [seen_token, seen_heartbeat, seen_for] = sighting_params(sighting.as_ref());
+    let (name, owner) = (request.lease_name.as_str(), request.owner.as_str());
+    let clock_param = Param::Int8(at.unwrap_or_default());
+    let params = if sighted {
+        [
+            Param::Text(name),
+            Param::Text(owner),
+            Param::Int8(request.priority),
+            Param::Int8(ttl_micros),
+            Param::Int8(seen_token),
+            Param::Int8(seen_heartbeat),
+            Param::Int8(seen_for),
+            clock_param,
+        ]
     } else {
-        &params[..4]
+        [
+            Param::Text(name),
+            Param::Text(owner),
+            Param::Int8(request.priority),
+            Param::Int8(ttl_micros),
+            clock_param,
+            Param::Int8(0),
+            Param::Int8(0),
+            Param::Int8(0),
+        ]
     };
+    let count = 4 + if sighted { 3 } else { 0 } + usize::from(at.is_some());
+    let params = &params[..count];
     let row = link.query_one("request_lease", sql, params).await?;
-    decode::lease::response(&request.lease_name, &row)
+    let decided = decode::lease::response(&request.lease_name, &row)?;
+    if let Some(kept) = kept {
+        kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
+    }
+    Ok(decided)
 }
 
 /// `release_lease`: one call of `<prefix>release_lease_v1`; says whether the record was

@@ -11,12 +11,12 @@ use std::time::Duration;
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Contender, EventPosition, EventQuery,
     EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    ReadOptions, StoredEvent, async_trait,
+    ReadOptions, Sightings, StoredEvent, async_trait,
 };
 
 use crate::connection::{Driver, Link};
 use crate::events::{self, EventStatements};
-use crate::lease::{self, Clock, LeaseStatements};
+use crate::lease::{self, Clock, LeaseStatements, Version};
 use crate::prefix::TablePrefix;
 
 /// The driver a storage talks to PostgreSQL through (see the crate's features).
@@ -57,6 +57,11 @@ pub(crate) struct Adapter<D> {
     pub(crate) leases: LeaseStatements,
     pub(crate) events: EventStatements,
     pub(crate) visibility_wait: Duration,
+    /// What this storage's owners saw of their leases' tenures (sent with `request_lease_v2`).
+    pub(crate) sightings: Sightings,
+    /// Call `request_lease_v1` as a process of the previous release does (tests only).
+    #[cfg(feature = "testing")]
+    pub(crate) calls_v1: std::sync::atomic::AtomicBool,
 }
 
 impl<D: Driver> Adapter<D> {
@@ -67,7 +72,19 @@ impl<D: Driver> Adapter<D> {
             events: EventStatements::new(&prefix),
             prefix,
             visibility_wait,
+            sightings: Sightings::new(),
+            #[cfg(feature = "testing")]
+            calls_v1: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// How a request of this storage is made: `request_lease_v2` with its sightings.
+    pub(crate) fn version(&self) -> Version<'_> {
+        #[cfg(feature = "testing")]
+        if self.calls_v1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Version::V1;
+        }
+        Version::V2(&self.sightings)
     }
 }
 
@@ -186,7 +203,10 @@ impl EventStorage for PostgresEventStorage {
         ])
     }
 
-    /// One call of the `<prefix>request_lease_v1` function, in autocommit.
+    /// One call of the `<prefix>request_lease_v2` function, in autocommit, with this
+    /// storage's sighting of the lease's tenure (a takeover of a lease that expired without a
+    /// release waits until the owner has seen that tenure unchanged for a ttl on this
+    /// process's monotonic clock; see `docs/postgres.md`).
     ///
     /// # Cancel safety
     ///
@@ -197,7 +217,7 @@ impl EventStorage for PostgresEventStorage {
         request: &LeaseRequest,
     ) -> Result<LeaseResponse, EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::Database)
+            lease::request(&a.link, &a.leases, request, Clock::Database, a.version())
                 .await
                 .map(|(_, response)| response)
         })
@@ -210,9 +230,13 @@ impl EventStorage for PostgresEventStorage {
     /// As for [`request_lease`](Self::request_lease): the outcome of a dropped call is unknown.
     async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::release(&a.link, &a.leases, lease_name, owner, Clock::Database)
+            let released = lease::release(&a.link, &a.leases, lease_name, owner, Clock::Database)
                 .await
-                .map(|_| ())
+                .map(|_| ());
+            if released.is_ok() {
+                a.sightings.forget(lease_name, owner);
+            }
+            released
         })
     }
 

@@ -3,21 +3,47 @@
 //! them, and a build without the feature has none of them.
 
 use tenure_ports::domain::Transition;
-use tenure_ports::{Contender, EventStorageError, LeaseRequest, LeaseResponse, Timestamp};
+use tenure_ports::{
+    Contender, EventStorageError, LeaseRequest, LeaseResponse, Sighting, Timestamp,
+};
 
-use crate::lease::{self, Clock};
+use crate::lease::{self, Clock, Version};
 use crate::storage::{Engine, PostgresEventStorage, on_adapter};
 
 impl PostgresEventStorage {
-    /// Runs `request` with `now` standing in for the database clock, and says how the record
-    /// changed.
+    /// Runs `request` through `request_lease_v1` (no sighting: the previous release's rule)
+    /// with `now` standing in for the database clock, and says how the record changed.
     pub async fn request_lease_at(
         &self,
         request: &LeaseRequest,
         now: Timestamp,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now)).await
+            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::V1).await
+        })
+    }
+
+    /// Runs `request` through `request_lease_v2` with exactly `sighting` (not the storage's
+    /// own, and nothing is recorded) and `now` standing in for the database clock, and says
+    /// how the record changed.
+    pub async fn request_lease_sighted_at(
+        &self,
+        request: &LeaseRequest,
+        now: Timestamp,
+        sighting: Option<Sighting>,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        on_adapter!(self.engine(), a => {
+            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::V2Given(sighting))
+                .await
+        })
+    }
+
+    /// Makes this storage's lease requests call `request_lease_v1`, without a sighting, as a
+    /// process of the previous release does (`true`), or `request_lease_v2` again (`false`).
+    /// For the rolling-upgrade test, and the clock-step test's negative control.
+    pub fn call_request_lease_v1(&self, v1: bool) {
+        on_adapter!(self.engine(), a => {
+            a.calls_v1.store(v1, std::sync::atomic::Ordering::Relaxed)
         })
     }
 

@@ -63,6 +63,14 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
         .await
         .unwrap();
     assert_eq!(first.status, LeaseStatus::Leader);
+    // b sees a's tenure, and keeps seeing it for a ttl: a takeover once it has expired needs
+    // that sighting (request_lease_v2).
+    let seen = storage
+        .request_lease(&LeaseRequest::new("l", "b", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(seen.status, LeaseStatus::Standby);
+    tokio::time::sleep(ttl).await;
 
     let (release, holder) = hold_lease_lock(guard.prefix(), "l").await;
     let waiting = tokio::spawn({
@@ -73,7 +81,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
                 .await
         }
     });
-    blocked_on_lock(guard.prefix(), "request_lease_v1").await;
+    blocked_on_lock(guard.prefix(), "request_lease_v2").await;
     // Keep b waiting well past a's ttl, then let it in.
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert!(!waiting.is_finished(), "b did not wait on the lock");
@@ -118,7 +126,7 @@ async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(
         let request = request.clone();
         async move { storage.request_lease(&request).await }
     });
-    let pid = blocked_on_lock(guard.prefix(), "request_lease_v1").await;
+    let pid = blocked_on_lock(guard.prefix(), "request_lease_v2").await;
     let killed: bool = admin()
         .await
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])
@@ -192,6 +200,15 @@ async fn exhausted_tokens_are_an_internal_error_that_writes_nothing(driver: Post
                 "INSERT INTO {p}leases VALUES ('l', 'a', 0, 9223372036854775807, \
                  now() - interval '1 hour', now() - interval '1 hour', 1000)"
             ),
+            &[],
+        )
+        .await
+        .unwrap();
+    // Released, so that b may take it over without a sighting of its own.
+    admin()
+        .await
+        .execute(
+            &format!("UPDATE {p}leases SET released_at = now() - interval '1 hour'"),
             &[],
         )
         .await

@@ -10,6 +10,15 @@
 //! The check must be able to fail: the negative control installs a function with an
 //! off-by-one at expiry (a holder may still renew at the exact microsecond its lease expires)
 //! and requires the check to catch it with a small case.
+//!
+//! The differential check plays `request_lease_v1` (what processes of the previous release
+//! call) and `request_lease_v2` with the sighting implied by the storage's own clock (with
+//! which the sighted rule is the plain one). The sighted rule itself, `decide_request_sighted`,
+//! is checked by `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
+//! request with a sighting chosen around the stored tenure (none, its token and heartbeat for
+//! a ttl and one microsecond either side of it, another token, another heartbeat), compared
+//! answer by answer and record by record with the domain; its negative control moves the
+//! sighting's bound by one microsecond in SQL and requires the check to notice.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,8 +26,15 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use tenure_ports::domain::{LeaseName, Owner, Timestamp, ValidLeaseRequest};
-use tenure_ports::{BoxError, Contender, FencingToken, Lease, LeaseRequest};
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use tenure_ports::domain::{
+    LeaseName, Owner, RecordWrite, Timestamp, Transition, ValidLeaseRequest, decide_release,
+    decide_request_sighted,
+};
+use tenure_ports::{BoxError, Contender, FencingToken, Lease, LeaseRequest, Sighting};
 use tenure_postgres::{PostgresDriver, PostgresEventStorage};
 use tenure_tck::differential::{self, Decided, DecisionSystem, Observed};
 
@@ -28,6 +44,10 @@ struct Sql {
     storage: PostgresEventStorage,
     admin: tokio_postgres::Client,
     prefix: String,
+    /// Call `request_lease_v2` with the sighting implied by the stored record and `now`
+    /// (`Sighting::on_storage_clock`, with which the sighted rule is the plain one), instead
+    /// of `request_lease_v1`.
+    v2_implied: bool,
 }
 
 impl Sql {
@@ -43,6 +63,7 @@ impl Sql {
             storage,
             admin,
             prefix: guard.prefix().to_owned(),
+            v2_implied: false,
         };
         (sql, guard)
     }
@@ -116,9 +137,22 @@ impl DecisionSystem for Sql {
             request.priority,
             request.ttl,
         );
-        let (transition, response) = self
-            .runtime
-            .block_on(self.storage.request_lease_at(&request, now))?;
+        let (transition, response) = self.runtime.block_on(async {
+            if self.v2_implied {
+                let lease_name = LeaseName::new(request.lease_name.clone())?;
+                let implied = self
+                    .record(&lease_name)
+                    .await?
+                    .map(|(lease, _)| Sighting::on_storage_clock(&lease, now));
+                Ok::<_, BoxError>(
+                    self.storage
+                        .request_lease_sighted_at(&request, now, implied)
+                        .await?,
+                )
+            } else {
+                Ok(self.storage.request_lease_at(&request, now).await?)
+            }
+        })?;
         Ok(Decided::new(response).with_transition(transition))
     }
 
@@ -156,8 +190,9 @@ impl DecisionSystem for Sql {
     }
 }
 
-fn sql_decisions_match_the_domain(driver: PostgresDriver) {
+fn sql_decisions_match_the_domain(driver: PostgresDriver, v2_implied: bool) {
     let (mut sql, guard) = Sql::new(driver);
+    sql.v2_implied = v2_implied;
     let config = differential::Config::from_env_or(128);
     if let Err(mismatch) = differential::check_decisions_with(config, &mut sql) {
         panic!("the SQL functions and the domain disagree on {driver}: {mismatch}");
@@ -167,12 +202,22 @@ fn sql_decisions_match_the_domain(driver: PostgresDriver) {
 
 #[test]
 fn sql_decisions_match_the_domain_on_deadpool() {
-    sql_decisions_match_the_domain(PostgresDriver::Deadpool);
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, false);
 }
 
 #[test]
 fn sql_decisions_match_the_domain_on_sqlx() {
-    sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, false);
+}
+
+#[test]
+fn v2_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, true);
+}
+
+#[test]
+fn v2_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, true);
 }
 
 /// The renewal's liveness test in the shipped function, and its off-by-one: `<=` lets the
@@ -218,5 +263,305 @@ fn the_check_catches_an_off_by_one_at_expiry() {
         case.steps.len()
     );
     println!("caught, as it should be: {mismatch}");
+    drop(guard);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sighted rule: request_lease_v2 against decide_request_sighted.
+// ---------------------------------------------------------------------------------------------
+
+/// The sighting a request sends, relative to the stored tenure at that moment.
+#[derive(Clone, Copy, Debug)]
+enum Seen {
+    /// No sighting.
+    None,
+    /// The stored token and heartbeat, unchanged for the lease's ttl + `offset` µs.
+    Tenure { offset: i64 },
+    /// The stored token and heartbeat, for far longer than any ttl.
+    Long,
+    /// Another token (the stored one + 1), for a ttl.
+    OtherToken,
+    /// The stored heartbeat ± 1 µs, for a ttl.
+    OtherHeartbeat { later: bool },
+}
+
+#[derive(Clone, Debug)]
+enum SightedStep {
+    Request {
+        owner: usize,
+        ttl_ms: u64,
+        priority: i64,
+        seen: Seen,
+    },
+    Release {
+        owner: usize,
+    },
+    Advance {
+        micros: i64,
+    },
+    /// To the stored lease's expiry + `offset` µs (never back).
+    ToExpiry {
+        offset: i64,
+    },
+}
+
+fn seen_strategy() -> impl Strategy<Value = Seen> {
+    prop_oneof![
+        3 => Just(Seen::None),
+        6 => (-1i64..=1).prop_map(|offset| Seen::Tenure { offset }),
+        1 => Just(Seen::Long),
+        1 => Just(Seen::OtherToken),
+        1 => any::<bool>().prop_map(|later| Seen::OtherHeartbeat { later }),
+    ]
+}
+
+fn sighted_step_strategy() -> impl Strategy<Value = SightedStep> {
+    prop_oneof![
+        8 => (0usize..3, 1u64..=20, -1i64..=1, seen_strategy()).prop_map(
+            |(owner, ttl_ms, priority, seen)| SightedStep::Request { owner, ttl_ms, priority, seen }
+        ),
+        1 => (0usize..3).prop_map(|owner| SightedStep::Release { owner }),
+        3 => prop_oneof![Just(0i64), 1i64..=30_000].prop_map(|micros| SightedStep::Advance { micros }),
+        3 => (-1i64..=1).prop_map(|offset| SightedStep::ToExpiry { offset }),
+    ]
+}
+
+/// What the domain keeps for the lease (as `tenure_tck::differential::Reference` does).
+#[derive(Default)]
+struct Model {
+    record: Option<Lease>,
+    contenders: BTreeMap<Owner, Contender>,
+}
+
+/// What the sighted check reached, to require every branch of the rule.
+#[derive(Default, Debug)]
+struct SightedCoverage {
+    taken_over_sighted: u64,
+    taken_over_released: u64,
+    refused_expired: u64,
+    steps: u64,
+}
+
+fn sighting_for(record: &Lease, seen: Seen) -> Option<Sighting> {
+    let ttl = record.ttl;
+    let tenure = |unchanged_for| Sighting {
+        fencing_token: record.fencing_token,
+        heartbeat_at: record.heartbeat_at,
+        unchanged_for,
+    };
+    match seen {
+        Seen::None => None,
+        Seen::Tenure { offset } => Some(tenure(match offset {
+            -1 => ttl - Duration::from_micros(1),
+            0 => ttl,
+            _ => ttl + Duration::from_micros(1),
+        })),
+        Seen::Long => Some(tenure(Duration::from_secs(86_400 * 365))),
+        Seen::OtherToken => Some(Sighting {
+            fencing_token: record.fencing_token.next().unwrap_or(FencingToken::FIRST),
+            ..tenure(ttl)
+        }),
+        Seen::OtherHeartbeat { later } => Some(Sighting {
+            heartbeat_at: Timestamp::from_micros(
+                record.heartbeat_at.as_micros() + if later { 1 } else { -1 },
+            ),
+            ..tenure(ttl)
+        }),
+    }
+}
+
+fn play_sighted(
+    sql: &Sql,
+    lease: &str,
+    steps: &[SightedStep],
+    coverage: &mut SightedCoverage,
+) -> Result<(), TestCaseError> {
+    let fail = |what: String| TestCaseError::fail(what);
+    let lease_name = LeaseName::new(lease).map_err(|e| fail(e.to_string()))?;
+    let owners = ["pod-a", "pod-b", "βeta"];
+    let mut model = Model::default();
+    let mut now: i64 = 1_764_000_000_000_000;
+    for (i, step) in steps.iter().enumerate() {
+        coverage.steps += 1;
+        let at = Timestamp::from_micros(now);
+        match *step {
+            SightedStep::Request {
+                owner,
+                ttl_ms,
+                priority,
+                seen,
+            } => {
+                let request = LeaseRequest::new(
+                    lease,
+                    owners[owner],
+                    priority,
+                    Duration::from_millis(ttl_ms),
+                );
+                let valid = request.validate().map_err(|e| fail(e.to_string()))?;
+                let sighting = model.record.as_ref().and_then(|r| sighting_for(r, seen));
+                let registered: Vec<Contender> = model.contenders.values().cloned().collect();
+                let expected = decide_request_sighted(
+                    model.record.as_ref(),
+                    &registered,
+                    &valid,
+                    at,
+                    sighting.as_ref(),
+                )
+                .map_err(|e| fail(e.to_string()))?;
+                let (transition, response) = sql
+                    .runtime
+                    .block_on(sql.storage.request_lease_sighted_at(&request, at, sighting))
+                    .map_err(|e| fail(format!("step {i}: {e}")))?;
+                prop_assert_eq!(
+                    (transition, &response),
+                    (expected.transition, &expected.response),
+                    "step {} ({:?}) with {:?}: SQL (left) and domain disagree",
+                    i,
+                    step,
+                    sighting
+                );
+                if let Some(before) = &model.record
+                    && before.owner != valid.owner
+                    && !before.is_live_at(at)
+                {
+                    match transition {
+                        Transition::TakenOver if before.is_released() => {
+                            coverage.taken_over_released += 1;
+                        }
+                        Transition::TakenOver => coverage.taken_over_sighted += 1,
+                        _ => coverage.refused_expired += 1,
+                    }
+                }
+                if expected.transition.record_write() != RecordWrite::None {
+                    model.record = Some(expected.response.lease.clone());
+                }
+                for gone in &expected.pruned {
+                    model.contenders.remove(gone);
+                }
+                model
+                    .contenders
+                    .insert(expected.contender.owner.clone(), expected.contender);
+            }
+            SightedStep::Release { owner } => {
+                let owner = Owner::new(owners[owner]).map_err(|e| fail(e.to_string()))?;
+                let expected = decide_release(model.record.as_ref(), &lease_name, &owner, at)
+                    .map_err(|e| fail(e.to_string()))?;
+                let touched = sql
+                    .runtime
+                    .block_on(sql.storage.release_lease_at(lease, owner.as_str(), at))
+                    .map_err(|e| fail(format!("step {i}: {e}")))?;
+                prop_assert_eq!(touched, expected.updated.is_some(), "step {}: release", i);
+                if let Some(updated) = expected.updated {
+                    model.record = Some(updated);
+                }
+                model.contenders.remove(&expected.withdrawn);
+            }
+            SightedStep::Advance { micros } => now += micros,
+            SightedStep::ToExpiry { offset } => {
+                if let Some(r) = &model.record {
+                    let expiry = r.heartbeat_at.as_micros()
+                        + i64::try_from(r.ttl.as_micros()).unwrap_or(i64::MAX);
+                    now = now.max(expiry + offset);
+                }
+            }
+        }
+        let stored = sql
+            .runtime
+            .block_on(sql.record(&lease_name))
+            .map_err(|e| fail(format!("step {i}: {e}")))?
+            .map(|(lease, _)| lease);
+        prop_assert_eq!(
+            &stored,
+            &model.record,
+            "step {}: the stored record (left)",
+            i
+        );
+    }
+    Ok(())
+}
+
+/// Plays `cases` sighted cases; the first disagreement, shrunk, as an error.
+fn check_sighted(sql: &Sql, cases: u32) -> Result<SightedCoverage, String> {
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let coverage = std::cell::RefCell::new(SightedCoverage::default());
+    let played = std::cell::Cell::new(0u64);
+    let strategy = prop::collection::vec(sighted_step_strategy(), 1..=30);
+    runner
+        .run(&strategy, |steps| {
+            let n = played.get();
+            played.set(n + 1);
+            play_sighted(
+                sql,
+                &format!("sighted-{n}"),
+                &steps,
+                &mut coverage.borrow_mut(),
+            )
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(coverage.into_inner())
+}
+
+fn sighted_sql_decisions_match_the_domain(driver: PostgresDriver) {
+    let (sql, guard) = Sql::new(driver);
+    let cases = differential::Config::from_env_or(256).cases;
+    let coverage = check_sighted(&sql, cases)
+        .unwrap_or_else(|e| panic!("request_lease_v2 and decide_request_sighted disagree: {e}"));
+    println!("{driver}: {coverage:?}");
+    assert!(
+        coverage.taken_over_sighted > 0
+            && coverage.taken_over_released > 0
+            && coverage.refused_expired > 0,
+        "the generator did not reach every branch of the sighted rule: {coverage:?}"
+    );
+    drop(guard);
+}
+
+#[test]
+fn sighted_sql_decisions_match_the_domain_on_deadpool() {
+    sighted_sql_decisions_match_the_domain(PostgresDriver::Deadpool);
+}
+
+#[test]
+fn sighted_sql_decisions_match_the_domain_on_sqlx() {
+    sighted_sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
+}
+
+/// The sighting's bound in `request_lease_v2`, and its off-by-one: a sighting one microsecond
+/// short of the ttl would be enough.
+const SEEN_FOR_TTL: &str = "AND p_seen_for_micros >= v_lease.ttl_micros";
+const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micros - 1";
+
+#[test]
+fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
+    let (sql, guard) = Sql::new(PostgresDriver::Deadpool);
+    let function = format!("{}request_lease_v2", guard.prefix());
+    sql.runtime.block_on(async {
+        let definition: String = sql
+            .admin
+            .query_one(
+                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
+                &[&function],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            definition.matches(SEEN_FOR_TTL).count(),
+            1,
+            "the sighting's bound moved: update the negative control"
+        );
+        sql.admin
+            .batch_execute(&definition.replace(SEEN_FOR_TTL, SEEN_FOR_TTL_OFF_BY_ONE))
+            .await
+            .unwrap();
+    });
+    let error = check_sighted(&sql, 256)
+        .expect_err("the check passed a function that takes over a ttl less one microsecond");
+    assert!(error.contains("disagree"), "{error}");
+    println!("caught, as it should be: {error}");
     drop(guard);
 }

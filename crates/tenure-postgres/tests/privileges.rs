@@ -183,8 +183,11 @@ async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driv
         ),
     ];
     for (function, arguments) in [
-        ("request_lease_v1", "text, text, bigint, bigint, timestamp with time zone"),
         ("release_lease_v1", "text, text, timestamp with time zone"),
+        (
+            "request_lease_v2",
+            "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+        ),
         (
             "append_events_v1",
             "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",

@@ -107,6 +107,10 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ),
     ("release_lease_v1", "text, text, timestamp with time zone"),
     (
+        "request_lease_v2",
+        "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+    ),
+    (
         "append_events_v1",
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),

@@ -39,6 +39,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0005_fences.sql",
         include_str!("../../migrations/0005_fences.sql"),
     ),
+    (
+        "0006_lease_functions_v2.sql",
+        include_str!("../../migrations/0006_lease_functions_v2.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -98,6 +102,7 @@ mod tests {
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_leases"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_lease_contenders"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v1"));
+        assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v2"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_release_lease_v1"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_events"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_event_keys"));

@@ -55,13 +55,15 @@ pub(crate) const NEEDED: &[(&str, Kind, &[&str])] = &[
         &["SELECT", "INSERT", "UPDATE", "DELETE"],
     ),
     (
-        "request_lease_v1",
-        Kind::Function("text, text, bigint, bigint, timestamp with time zone"),
+        "release_lease_v1",
+        Kind::Function("text, text, timestamp with time zone"),
         &["EXECUTE"],
     ),
     (
-        "release_lease_v1",
-        Kind::Function("text, text, timestamp with time zone"),
+        "request_lease_v2",
+        Kind::Function(
+            "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+        ),
         &["EXECUTE"],
     ),
     (
@@ -204,8 +206,8 @@ mod tests {
                 .contains("UPDATE on sequence")
         );
         assert!(
-            explain("permission denied for function t_request_lease_v1")
-                .contains("EXECUTE on function t_request_lease_v1")
+            explain("permission denied for function t_request_lease_v2")
+                .contains("EXECUTE on function t_request_lease_v2")
         );
         assert!(explain("permission denied for schema s").contains("USAGE on schema s"));
         assert!(

@@ -185,7 +185,8 @@ mod tests {
                 "tenure_request_lease_v1",
                 "tenure_release_lease_v1",
                 "tenure_append_events_v1",
-                "tenure_fence_v1"
+                "tenure_fence_v1",
+                "tenure_request_lease_v2"
             ]
         );
         for (name, body) in &bodies {

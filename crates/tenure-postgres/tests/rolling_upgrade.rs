@@ -1,0 +1,165 @@
+//! A rolling upgrade: a process of the previous release (calling `request_lease_v1`) and one
+//! of this release (calling `request_lease_v2` with its sightings) side by side on one lease.
+//!
+//! The schema starts as the previous release left it (every migration but
+//! `0006_lease_functions_v2.sql`), and the old process elects alone; then the new process is
+//! built with `SchemaMode::Ensure`, which adds v2 beside v1 without touching it. The two then
+//! take turns: the leader renews while the other stands by, then stops (half the rounds by
+//! releasing, half by simply going silent) and the other takes over. Every grant must go to
+//! one owner at a time (a new owner's first grant arrives no earlier than a ttl after the old
+//! owner sent its last renewal, or after its release), and the fencing tokens must be 1, 2, 3,
+//! … with one tenure each, whichever version gave them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{admin, builder, fresh_prefix};
+use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
+use tenure_postgres::{PostgresDriver, SchemaMode};
+
+const TTL: Duration = Duration::from_millis(300);
+const POLL: Duration = Duration::from_millis(60);
+
+/// The previous release's DDL: every shipped migration before v2.
+fn previous_release_ddl(prefix: &str) -> String {
+    let ddl = tenure_postgres::ddl(prefix).unwrap();
+    let cut = ddl
+        .find("-- migrations/postgres/0006_lease_functions_v2.sql")
+        .expect("the v2 migration is shipped");
+    ddl[..cut].to_owned()
+}
+
+async fn rolling_upgrade(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    let p = guard.prefix().to_owned();
+    admin()
+        .await
+        .batch_execute(&tenure_pg_test::serialized(&previous_release_ddl(&p)))
+        .await
+        .unwrap();
+
+    let old = builder(driver, &guard)
+        .schema_mode(SchemaMode::None)
+        .build()
+        .await
+        .unwrap();
+    old.call_request_lease_v1(true);
+    let lease = "upgrade";
+    let request = |owner: &str| LeaseRequest::new(lease, owner, 0, TTL);
+
+    // The old process alone, before the new schema exists.
+    let first = old.request_lease(&request("old")).await.unwrap();
+    assert_eq!(first.status, LeaseStatus::Leader);
+    assert_eq!(first.fencing_token.get(), 1);
+
+    // The new process's Ensure adds v2 and leaves v1 as it was.
+    let new = builder(driver, &guard)
+        .schema_mode(SchemaMode::Ensure)
+        .build()
+        .await
+        .unwrap();
+    let renewed = old.request_lease(&request("old")).await.unwrap();
+    assert_eq!(renewed.status, LeaseStatus::Leader, "v1 broke after Ensure");
+    assert_eq!(renewed.fencing_token.get(), 1);
+
+    // (storage, owner) of each side; the old one leads first.
+    let sides = [(&old, "old"), (&new, "new")];
+    let mut leader = 0usize;
+    let mut token = 1u64;
+    // The instant the current leader sent its last confirmed renewal (or released).
+    let mut last_grant_sent = Instant::now();
+    let mut handovers = 0;
+    for round in 0..8 {
+        let (held, holder) = sides[leader];
+        let (other, contender) = sides[1 - leader];
+        // A few renewals while the other stands by and sees them.
+        for _ in 0..3 {
+            let sent = Instant::now();
+            let answer = held.request_lease(&request(holder)).await.unwrap();
+            assert_eq!(
+                answer.status,
+                LeaseStatus::Leader,
+                "round {round}: {holder}"
+            );
+            assert_eq!(answer.fencing_token.get(), token, "round {round}: renewal");
+            last_grant_sent = sent;
+            let seen = other.request_lease(&request(contender)).await.unwrap();
+            assert_eq!(
+                seen.status,
+                LeaseStatus::Standby,
+                "round {round}: {contender}"
+            );
+            assert_eq!(seen.fencing_token.get(), token);
+            tokio::time::sleep(POLL).await;
+        }
+        let released = round % 2 == 0;
+        if released {
+            held.release_lease(lease, holder).await.unwrap();
+        }
+        // The other polls until it leads.
+        let started = Instant::now();
+        let taken = loop {
+            let answer = other.request_lease(&request(contender)).await.unwrap();
+            let received = Instant::now();
+            if answer.status == LeaseStatus::Leader {
+                break (answer, received);
+            }
+            assert_eq!(
+                answer.fencing_token.get(),
+                token,
+                "round {round}: standby token"
+            );
+            assert!(
+                started.elapsed() < TTL * 10,
+                "round {round}: {contender} never took over"
+            );
+            tokio::time::sleep(POLL).await;
+        };
+        let (answer, received) = taken;
+        token += 1;
+        assert_eq!(
+            answer.fencing_token.get(),
+            token,
+            "round {round}: the next tenure's token"
+        );
+        assert_eq!(answer.lease.owner, contender);
+        if !released {
+            assert!(
+                received >= last_grant_sent + TTL,
+                "round {round}: {contender} led {:?} after {holder}'s last renewal was sent, \
+                 within its ttl",
+                received - last_grant_sent
+            );
+        }
+        // The old holder is told it stands by now, with the new token.
+        let after = held.request_lease(&request(holder)).await.unwrap();
+        assert_eq!(
+            after.status,
+            LeaseStatus::Standby,
+            "round {round}: {holder}"
+        );
+        assert_eq!(after.fencing_token.get(), token);
+        handovers += 1;
+        leader = 1 - leader;
+    }
+    assert_eq!(handovers, 8);
+    assert_eq!(token, 9, "one tenure per handover, tokens 1 to 9");
+    let snapshot = new.get_leases().await.unwrap();
+    assert_eq!(snapshot.get(lease).unwrap().fencing_token.get(), 9);
+    old.close().await.unwrap();
+    new.close().await.unwrap();
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_and_new_processes_elect_side_by_side_on_deadpool() {
+    rolling_upgrade(PostgresDriver::Deadpool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_and_new_processes_elect_side_by_side_on_sqlx() {
+    rolling_upgrade(PostgresDriver::Sqlx09).await;
+}
