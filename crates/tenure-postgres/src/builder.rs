@@ -119,6 +119,7 @@ pub struct PostgresEventStorageBuilder {
     schema_mode: SchemaMode,
     pool_size: usize,
     call_timeout: Duration,
+    connect_timeout: Option<Duration>,
     visibility_wait: Duration,
     schema_timeout: Duration,
 }
@@ -138,6 +139,7 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             .field("schema_mode", &self.schema_mode)
             .field("pool_size", &self.pool_size)
             .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("visibility_wait", &self.visibility_wait)
             .field("schema_timeout", &self.schema_timeout)
             .finish()
@@ -153,6 +155,7 @@ impl Default for PostgresEventStorageBuilder {
             schema_mode: SchemaMode::default(),
             pool_size: DEFAULT_POOL_SIZE,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            connect_timeout: None,
             visibility_wait: DEFAULT_VISIBILITY_WAIT,
             schema_timeout: DEFAULT_SCHEMA_TIMEOUT,
         }
@@ -237,6 +240,22 @@ impl PostgresEventStorageBuilder {
         self
     }
 
+    /// The bound on setting up one new connection of a pool the storage builds (default: the
+    /// call timeout; a `connect_timeout` in the connection string wins).
+    ///
+    /// On the deadpool driver a connect does not end with the call that needed it: it runs in
+    /// a task of its own, at most two at once per storage, and a connection made after its
+    /// caller gave up serves the next call. So under overload, when calls time out while
+    /// connections are being set up, the server is not made to fork backend after backend for
+    /// callers that left, and the pool fills up instead (`docs/postgres.md`, "Under
+    /// overload"). On the sqlx driver the call timeout bounds connecting too, and this setting
+    /// is not used.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
     /// How long a read may wait for transactions older than the newest committed event to
     /// finish (default 250 ms; never more than half the call timeout; zero: never wait).
     ///
@@ -272,6 +291,10 @@ impl PostgresEventStorageBuilder {
         for (name, value) in [
             ("call_timeout", self.call_timeout),
             ("schema_timeout", self.schema_timeout),
+            (
+                "connect_timeout",
+                self.connect_timeout.unwrap_or(self.call_timeout),
+            ),
         ] {
             if value.is_zero() {
                 return Err(BuildError::Setting {
@@ -333,7 +356,10 @@ impl PostgresEventStorageBuilder {
                     PostgresDriver::Deadpool => Engine::Deadpool(
                         settings.adapter(
                             crate::connection::deadpool::Deadpool::from_conninfo(
-                                info, size, timeout,
+                                info,
+                                size,
+                                timeout,
+                                self.connect_timeout.unwrap_or(timeout),
                             )
                             .map_err(url_error)?,
                             true,

@@ -1,8 +1,10 @@
 //! The tokio-postgres 0.7 driver, through a deadpool-postgres 0.14 pool.
 //!
 //! Statements are prepared once per connection (`prepare_cached`); rows are read as raw
-//! binary values and decoded by the adapter (`decode`).
+//! binary values and decoded by the adapter (`decode`). The pools this driver builds connect
+//! and abandon calls as [`paced`](super::paced) says; an application's pool is used as it is.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -14,40 +16,55 @@ use futures::TryStreamExt;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
+use super::paced::{PacedConnect, Pacing};
 use super::{Driver, Param, Sql, UrlError};
 use crate::decode::{BoxError, Row, Value};
 use crate::error::Failure;
 use tenure_conninfo::ConnInfo;
 
+/// The TLS connector of the pools this driver builds.
+#[cfg(feature = "tls")]
+type Tls = super::tls::MakeRustls;
+#[cfg(not(feature = "tls"))]
+type Tls = NoTls;
+
 /// A deadpool-postgres pool, as a [`Driver`].
 pub(crate) struct Deadpool {
     pool: Pool,
+    /// For pools this driver built: their paced connects, and the bound on draining an
+    /// abandoned call's connection without a cancel (the connect timeout: closing it would
+    /// cost a connect).
+    paced: Option<(Arc<Pacing<Tls>>, Duration)>,
 }
 
 impl Deadpool {
-    /// The driver over `pool`.
+    /// The driver over an application's `pool`.
     pub(crate) fn new(pool: Pool) -> Self {
-        Deadpool { pool }
+        Deadpool { pool, paced: None }
     }
 
-    /// A pool of at most `size` connections for `info`, each bound to `timeout` (connecting,
-    /// waiting for a connection, recycling one). Unless the string sets them,
-    /// `application_name` is `tenure` and the connect timeout is `timeout`.
+    /// A pool of at most `size` connections for `info`, whose callers wait at most `timeout`
+    /// (for a connection, for a connect, for a recycle). Unless the string sets them, `application_name` is `tenure` and the connect timeout
+    /// (of the connect itself, which goes on when its caller left) is `connect_timeout`.
+    /// Connects are paced and detached from their callers ([`paced`](super::paced)).
     pub(crate) fn from_conninfo(
         info: &ConnInfo,
         size: usize,
         timeout: Duration,
+        connect_timeout: Duration,
     ) -> Result<Self, UrlError> {
         #[cfg(feature = "tls")]
-        let (config, tls) = super::tls::tokio_postgres(info, timeout).map_err(UrlError::Url)?;
+        let (config, tls) =
+            super::tls::tokio_postgres(info, connect_timeout).map_err(UrlError::Url)?;
         #[cfg(not(feature = "tls"))]
         let (config, tls) = (
-            super::config::tokio_config(info, timeout).map_err(UrlError::Url)?,
+            super::config::tokio_config(info, connect_timeout).map_err(UrlError::Url)?,
             NoTls,
         );
-        let manager = Manager::from_config(
+        let pacing = Pacing::new(tls, size);
+        let manager = Manager::from_connect(
             config,
-            tls,
+            PacedConnect(Arc::clone(&pacing)),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -60,7 +77,10 @@ impl Deadpool {
             .recycle_timeout(Some(timeout))
             .build()
             .map_err(|e| UrlError::Pool(e.to_string().into()))?;
-        Ok(Deadpool { pool })
+        Ok(Deadpool {
+            pool,
+            paced: Some((pacing, connect_timeout)),
+        })
     }
 }
 
@@ -123,8 +143,18 @@ impl Driver for Deadpool {
         drop(Object::take(connection));
     }
 
+    fn abandon(&self, connection: Object) {
+        match (&self.paced, tokio::runtime::Handle::try_current()) {
+            (Some((pacing, bound)), Ok(_)) => pacing.abandon(connection, *bound),
+            _ => self.discard(connection),
+        }
+    }
+
     fn close(&self) {
         self.pool.close();
+        if let Some((pacing, _)) = &self.paced {
+            pacing.close();
+        }
     }
 }
 

@@ -25,6 +25,8 @@ use crate::error::Failure;
 pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
+#[cfg(feature = "deadpool")]
+pub(crate) mod paced;
 #[cfg(feature = "sqlx-0_9")]
 pub(crate) mod sqlx;
 #[cfg(feature = "tls")]
@@ -101,8 +103,10 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Takes `connection` out of the pool and closes it.
     fn discard(&self, connection: Self::Connection);
 
-    /// Deals with `connection`, whose call was abandoned with a statement in flight: closes
-    /// it (its statement's outcome is unknown, and its answer may still arrive on it).
+    /// Deals with `connection`, whose call was abandoned with a statement in flight (its
+    /// statement's outcome is unknown, and its answer may still arrive on it): by default
+    /// closes it; the deadpool driver's own pools keep it once it is idle again
+    /// ([`paced`]).
     fn abandon(&self, connection: Self::Connection) {
         self.discard(connection);
     }

@@ -1,0 +1,312 @@
+//! Under overload the adapter sheds load instead of amplifying it: calls that time out do not
+//! make the pool open connection after connection, and an abandoned call keeps its
+//! connection (deadpool's own pools, `connection/paced.rs`). Counted on the server
+//! (`pg_stat_database.sessions` of a database of the test's own, `pg_stat_activity`), not
+//! by the adapter.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use support::{LOCK_KEY_SQL, admin, blocked_on_lock, server};
+use tenure_pg_test::{TempDatabase, with_database};
+use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
+use tenure_postgres::tenure_conninfo::ConnInfo;
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, SchemaMode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What [`counting_relay`] counted.
+#[derive(Default)]
+struct Attempts {
+    /// Connections that were not cancel requests: every attempt at a session, also one
+    /// abandoned before its session started (which `pg_stat_database` never counts).
+    sessions: AtomicUsize,
+    /// Cancel requests (a connection each, with no session).
+    cancels: AtomicUsize,
+}
+
+/// PostgreSQL's cancel request code, in the first packet of a connection.
+const CANCEL_REQUEST: [u8; 8] = [0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e];
+
+/// A TCP relay on a loopback port to the test server that counts the connections it accepts.
+async fn counting_relay() -> (u16, Arc<Attempts>) {
+    let row = admin()
+        .await
+        .query_one("SELECT host(inet_server_addr()), inet_server_port()", &[])
+        .await
+        .unwrap();
+    let host: Option<String> = row.get(0);
+    let port: Option<i32> = row.get(1);
+    let target = format!(
+        "{}:{}",
+        host.expect("the test server is reached over TCP"),
+        port.expect("the test server is reached over TCP")
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap().port();
+    let attempts = Arc::new(Attempts::default());
+    let count = Arc::clone(&attempts);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let (target, count) = (target.clone(), Arc::clone(&count));
+            tokio::spawn(async move {
+                let mut head = [0u8; 8];
+                if client.read_exact(&mut head).await.is_err() {
+                    count.sessions.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                let counter = if head == CANCEL_REQUEST {
+                    &count.cancels
+                } else {
+                    &count.sessions
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut server) = TcpStream::connect(&target).await
+                    && server.write_all(&head).await.is_ok()
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (local, attempts)
+}
+
+/// `url` through the relay on `port`, on `database`.
+fn relayed(url: &str, port: u16, database: &str) -> String {
+    let mut info = ConnInfo::parse(url).unwrap();
+    info.set("host", "127.0.0.1");
+    info.remove("hostaddr");
+    info.set("port", port.to_string());
+    info.set("dbname", database);
+    info.to_key_value_string()
+}
+
+/// A storage on `database` with `size` connections and `call_timeout`, sessions named `name`;
+/// the schema is ensured first, by a storage of its own.
+async fn storage(
+    database: &TempDatabase,
+    driver: PostgresDriver,
+    name: &str,
+    size: usize,
+    call_timeout: Duration,
+) -> PostgresEventStorage {
+    storage_at(&database.url(), driver, name, size, call_timeout).await
+}
+
+/// [`storage`] on the server at `url`.
+async fn storage_at(
+    url: &str,
+    driver: PostgresDriver,
+    name: &str,
+    size: usize,
+    call_timeout: Duration,
+) -> PostgresEventStorage {
+    let mut info = ConnInfo::parse(url).unwrap();
+    info.set("application_name", name);
+    let url = info.to_key_value_string();
+    let builder = || {
+        PostgresEventStorage::builder()
+            .url(url.clone())
+            .driver(driver)
+            .prefix("t_")
+    };
+    let ensured = builder()
+        .schema_mode(SchemaMode::Ensure)
+        .pool_size(1)
+        .build()
+        .await
+        .unwrap();
+    ensured.close().await.unwrap();
+    builder()
+        .schema_mode(SchemaMode::None)
+        .pool_size(size)
+        .call_timeout(call_timeout)
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Sessions ever established on `database`, once none is left on it (the server counts a
+/// session in `pg_stat_database` for good only once its backend has reported it).
+async fn sessions_opened(database: &TempDatabase) -> i64 {
+    let client = admin().await;
+    for _ in 0..500 {
+        let left: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&database.name()],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
+    client
+        .query_one(
+            "SELECT sessions FROM pg_stat_database WHERE datname = $1",
+            &[&database.name()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The backends whose `application_name` is `name`.
+async fn backends(name: &str) -> HashSet<i32> {
+    admin()
+        .await
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+// Deadpool's own pools only: the sqlx driver still connects inside its callers' futures, and
+// opens a connection per timed-out call here (1,585 attempts over 12,547 calls when measured).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_all_time_out_open_no_more_sessions_than_the_pool_and_a_few() {
+    let driver = PostgresDriver::Deadpool;
+    // A call timeout too short for any connect: every call is abandoned while its connection
+    // is being set up, or with its statement in flight. A pool that drops what it was setting
+    // up for a caller that left opens a session per call (hundreds here).
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let size = 4;
+    let name = tenure_pg_test::unique_name("tenure_shed");
+    let (port, counted) = counting_relay().await;
+    let url = relayed(&server().url, port, database.name());
+    let storage = storage_at(&url, driver, &name, size, Duration::from_millis(1)).await;
+    let before = counted.sessions.load(Ordering::Relaxed);
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let callers: Vec<_> = (0..32)
+        .map(|_| {
+            let (storage, request) = (storage.clone(), request.clone());
+            tokio::spawn(async move {
+                let (mut calls, mut timed_out) = (0u32, 0u32);
+                while tokio::time::Instant::now() < deadline {
+                    calls += 1;
+                    if let Err(err) = storage.request_lease(&request).await {
+                        assert!(err.is_unconfirmed(), "{err:?}");
+                        timed_out += 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                (calls, timed_out)
+            })
+        })
+        .collect();
+    let (mut calls, mut timed_out) = (0, 0);
+    for caller in callers {
+        let (c, t) = caller.await.unwrap();
+        calls += c;
+        timed_out += t;
+    }
+    storage.close().await.unwrap();
+    drop(storage);
+    let attempts = counted.sessions.load(Ordering::Relaxed) - before;
+    let cancels = counted.cancels.load(Ordering::Relaxed);
+    let opened = sessions_opened(&database).await;
+    println!(
+        "{driver:?}: {calls} calls, {timed_out} timed out, {attempts} connection attempts, \
+         {opened} sessions opened, {cancels} cancel requests"
+    );
+    assert!(
+        calls > 1000 && timed_out * 2 > calls,
+        "{timed_out} of {calls} calls timed out"
+    );
+    // Sessions, as the server counts them: the schema's, the pool, and the connects under way
+    // when callers left (two at a time). Connection attempts, as the relay counts them, are a
+    // few more (startups that never became sessions); a pool that connects inside its callers'
+    // futures made 7,121 attempts here (one per call) and served no call.
+    assert!(
+        opened <= size as i64 + 3,
+        "{opened} sessions opened for a pool of {size} over {calls} calls ({timed_out} timed out)"
+    );
+    assert!(
+        attempts <= 10 * size,
+        "{attempts} connection attempts for a pool of {size} over {calls} calls \
+         ({timed_out} timed out)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_call_is_cancelled_and_its_connection_kept() {
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let name = tenure_pg_test::unique_name("tenure_keep");
+    let storage = storage(
+        &database,
+        PostgresDriver::Deadpool,
+        &name,
+        1,
+        Duration::from_millis(300),
+    )
+    .await;
+    let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
+    storage.request_lease(&request).await.unwrap();
+    let before = backends(&name).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // The lease's advisory lock is held elsewhere: the call waits on it past its timeout.
+    let holder = tenure_pg_test::connect(&with_database(&server().url, database.name()))
+        .await
+        .unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
+            &[&"t_", &"l"],
+        )
+        .await
+        .unwrap();
+    let call = {
+        let (storage, request) = (storage.clone(), request.clone());
+        tokio::spawn(async move { storage.request_lease(&request).await })
+    };
+    let blocked = blocked_on_lock("t_", "request_lease").await;
+    assert!(
+        before.contains(&blocked),
+        "{blocked} is not the pool's {before:?}"
+    );
+    let err = call.await.unwrap().unwrap_err();
+    assert!(err.is_unconfirmed(), "{err:?}");
+
+    // While the lock is still held, the same connection serves the next call: the abandoned
+    // statement was cancelled, not left waiting, and the connection was not replaced.
+    let other = LeaseRequest::new("other", "a", 0, Duration::from_secs(30));
+    assert_eq!(
+        storage.request_lease(&other).await.unwrap().status,
+        LeaseStatus::Leader
+    );
+    assert_eq!(backends(&name).await, before, "the connection was replaced");
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let again = storage.request_lease(&request).await.unwrap();
+    assert_eq!(again.status, LeaseStatus::Leader);
+    assert_eq!(backends(&name).await, before, "the connection was replaced");
+    storage.close().await.unwrap();
+    drop(holder);
+    assert_eq!(
+        sessions_opened(&database).await,
+        3,
+        "the schema's, the pool's one and the lock holder's"
+    );
+}
