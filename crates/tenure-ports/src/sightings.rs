@@ -33,6 +33,8 @@ struct Seen {
     /// When an answer first showed this token and heartbeat.
     since: Instant,
     last_used: Instant,
+    /// Whether the last answer showed this owner holding the lease.
+    held: bool,
 }
 
 impl Sightings {
@@ -62,8 +64,9 @@ impl Sightings {
             .and_then(|owners| owners.get_mut(owner))
         {
             if seen.token != lease.fencing_token || seen.heartbeat_at != lease.heartbeat_at {
-                *seen = Seen::new(lease, received_at);
+                *seen = Seen::new(lease, owner, received_at);
             }
+            seen.held = holds(lease, owner);
             seen.last_used = received_at;
             return;
         }
@@ -73,7 +76,18 @@ impl Sightings {
         by_lease
             .entry(lease.lease_name.as_str().to_owned())
             .or_default()
-            .insert(owner.to_owned(), Seen::new(lease, received_at));
+            .insert(owner.to_owned(), Seen::new(lease, owner, received_at));
+    }
+
+    /// Whether the last answer to `owner` about `lease_name` showed `owner` holding it: its
+    /// next request is most likely a renewal, which an adapter may let pass standbys' requests
+    /// when its connections are scarce. Only a hint: the answer is decided as always.
+    pub fn held_at_last_answer(&self, lease_name: &str, owner: &str) -> bool {
+        let by_lease = self.by_lease.lock().unwrap_or_else(PoisonError::into_inner);
+        by_lease
+            .get(lease_name)
+            .and_then(|owners| owners.get(owner))
+            .is_some_and(|seen| seen.held)
     }
 
     /// Forgets what `owner` saw of `lease_name` (after its release, say).
@@ -89,14 +103,20 @@ impl Sightings {
 }
 
 impl Seen {
-    fn new(lease: &Lease, at: Instant) -> Seen {
+    fn new(lease: &Lease, owner: &str, at: Instant) -> Seen {
         Seen {
             token: lease.fencing_token,
             heartbeat_at: lease.heartbeat_at,
             since: at,
             last_used: at,
+            held: holds(lease, owner),
         }
     }
+}
+
+/// Whether `lease` shows `owner` holding it.
+fn holds(lease: &Lease, owner: &str) -> bool {
+    lease.owner.as_str() == owner && lease.released_at.is_none()
 }
 
 fn prune(by_lease: &mut HashMap<String, HashMap<String, Seen>>, now: Instant) {
@@ -127,6 +147,21 @@ mod tests {
             ttl: Duration::from_secs(1),
             released_at: None,
         }
+    }
+
+    #[test]
+    fn the_holder_at_the_last_answer_is_told_apart() {
+        let sightings = Sightings::new();
+        let t0 = Instant::now();
+        assert!(!sightings.held_at_last_answer("l", "holder"));
+        sightings.after(&lease(1, 10), "holder", t0);
+        sightings.after(&lease(1, 10), "b", t0);
+        assert!(sightings.held_at_last_answer("l", "holder"));
+        assert!(!sightings.held_at_last_answer("l", "b"));
+        let mut released = lease(1, 5);
+        released.released_at = Some(Timestamp::from_micros(5));
+        sightings.after(&released, "holder", t0);
+        assert!(!sightings.held_at_last_answer("l", "holder"));
     }
 
     #[test]

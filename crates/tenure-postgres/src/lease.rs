@@ -210,7 +210,15 @@ pub(crate) async fn request<D: Driver>(
     };
     let count = 4 + if sighted { 3 } else { 0 } + usize::from(at.is_some());
     let params = &params[..count];
-    let row = link.query_one("request_lease", sql, params).await?;
+    // A caller that held the lease at its last answer is renewing: it goes ahead of standbys
+    // when connections are scarce (see `Link::query_one_yielding`).
+    let renewing = kept.is_none_or(|kept| kept.held_at_last_answer(name, owner));
+    let row = if renewing {
+        link.query_one("request_lease", sql, params).await?
+    } else {
+        link.query_one_yielding("request_lease", sql, params)
+            .await?
+    };
     let decided = decode::lease::response(&request.lease_name, &row)?;
     if let Some(kept) = kept {
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());

@@ -310,3 +310,54 @@ async fn an_abandoned_call_is_cancelled_and_its_connection_kept() {
         "the schema's, the pool's one and the lock holder's"
     );
 }
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_passes_standbys_that_hold_up_the_pool(driver: PostgresDriver) {
+    // Standbys' requests of lease "x" wait on its lock (held elsewhere), more of them than the
+    // pool has connections. The holder of lease "y" renews meanwhile: it gets a connection,
+    // because standbys may take all but one.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let name = tenure_pg_test::unique_name("tenure_lane");
+    let storage = storage(&database, driver, &name, 2, Duration::from_secs(3)).await;
+    let renewal = LeaseRequest::new("y", "a", 0, Duration::from_secs(30));
+    assert_eq!(storage.request_lease(&renewal).await.unwrap().status, LeaseStatus::Leader);
+
+    let holder = tenure_pg_test::connect(&with_database(&server().url, database.name()))
+        .await
+        .unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
+            &[&"t_", &"x"],
+        )
+        .await
+        .unwrap();
+    let standbys: Vec<_> = (0..4)
+        .map(|i| {
+            let storage = storage.clone();
+            let request = LeaseRequest::new("x", format!("b{i}"), 0, Duration::from_secs(30));
+            tokio::spawn(async move { storage.request_lease(&request).await })
+        })
+        .collect();
+    blocked_on_lock("t_", "request_lease").await;
+    // Time for every standby to reach the pool (or the lane) before the renewal is sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let renewed = storage.request_lease(&renewal).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let renewed = renewed.unwrap();
+    assert_eq!(renewed.status, LeaseStatus::Leader);
+    assert_eq!(renewed.fencing_token.get(), 1);
+    // The standbys go on once the lock is free: one leads, the others stand by.
+    let mut leaders = 0;
+    for standby in standbys {
+        if standby.await.unwrap().unwrap().status == LeaseStatus::Leader {
+            leaders += 1;
+        }
+    }
+    assert_eq!(leaders, 1);
+    storage.close().await.unwrap();
+}
+}

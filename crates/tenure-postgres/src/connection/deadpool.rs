@@ -143,6 +143,10 @@ impl Driver for Deadpool {
         drop(Object::take(connection));
     }
 
+    fn max_size(&self) -> usize {
+        self.pool.status().max_size
+    }
+
     fn abandon(&self, connection: Object) {
         match (&self.paced, tokio::runtime::Handle::try_current()) {
             (Some((pacing, bound)), Ok(_)) => pacing.abandon(connection, *bound),

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenure_ports::EventStorageError;
+use tokio::sync::Semaphore;
 
 use crate::decode::Row;
 use crate::error::Failure;
@@ -103,6 +104,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Takes `connection` out of the pool and closes it.
     fn discard(&self, connection: Self::Connection);
 
+    /// The most connections the pool holds.
+    fn max_size(&self) -> usize;
+
     /// Deals with `connection`, whose call was abandoned with a statement in flight (its
     /// statement's outcome is unknown, and its answer may still arrive on it): by default
     /// closes it; the deadpool driver's own pools keep it once it is idle again
@@ -115,23 +119,30 @@ pub(crate) trait Driver: Send + Sync + 'static {
     fn close(&self);
 }
 
-/// A driver with what every call needs around it: the call timeout, and whether the storage
-/// is closed.
+/// A driver with what every call needs around it: the call timeout, whether the storage is
+/// closed, and the lane that keeps standbys' requests from taking every connection.
 pub(crate) struct Link<D> {
     driver: D,
     call_timeout: Duration,
     owns_pool: bool,
     closed: AtomicBool,
+    /// Turns to check a connection out for calls that yield to renewals
+    /// ([`query_one_yielding`](Self::query_one_yielding)): one fewer than the pool's
+    /// connections (at least one), so that while the pool is saturated a renewal waits for at
+    /// most one call ahead of it, never for a queue of standbys.
+    yielding: Semaphore,
 }
 
 impl<D: Driver> Link<D> {
     /// `driver`, whose pool the storage closes when closed if `owns_pool`.
     pub(crate) fn new(driver: D, call_timeout: Duration, owns_pool: bool) -> Self {
+        let turns = driver.max_size().saturating_sub(1).max(1);
         Link {
             driver,
             call_timeout,
             owns_pool,
             closed: AtomicBool::new(false),
+            yielding: Semaphore::new(turns),
         }
     }
 
@@ -218,13 +229,43 @@ impl<D: Driver> Link<D> {
         sql: &Sql,
         params: &[Param<'_>],
     ) -> Result<D::Row, EventStorageError> {
-        let mut rows = self.query(what, sql, params).await?;
-        match rows.len() {
-            1 => Ok(rows.remove(0)),
-            n => Err(EventStorageError::internal(format!(
-                "{what}: expected one row, got {n}"
-            ))),
-        }
+        one_row(what, self.query(what, sql, params).await?)
+    }
+
+    /// [`query_one`](Self::query_one) for a call that yields to renewals (a standby's
+    /// request): it waits for a turn of the yielding lane before it checks a connection out,
+    /// within the same call timeout.
+    pub(crate) async fn query_one_yielding(
+        &self,
+        what: &'static str,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<D::Row, EventStorageError> {
+        let rows = self
+            .timed(what, async {
+                let _turn = self
+                    .yielding
+                    .acquire()
+                    .await
+                    .map_err(|_| EventStorageError::Closed)?;
+                let mut connection = self.checkout(what).await?;
+                connection
+                    .query(sql, params)
+                    .await
+                    .map_err(|e| e.into_storage(what))
+            })
+            .await?;
+        one_row(what, rows)
+    }
+}
+
+/// The one row of an answer that must have exactly one.
+fn one_row<R>(what: &'static str, mut rows: Vec<R>) -> Result<R, EventStorageError> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(EventStorageError::internal(format!(
+            "{what}: expected one row, got {n}"
+        ))),
     }
 }
 

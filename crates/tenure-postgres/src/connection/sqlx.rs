@@ -176,6 +176,10 @@ impl Driver for Sqlx {
         self.suspect_everything();
     }
 
+    fn max_size(&self) -> usize {
+        usize::try_from(self.pool.options().get_max_connections()).unwrap_or(usize::MAX)
+    }
+
     fn close(&self) {
         // Marks the pool closed at once; closing its connections takes a task.
         let pool = self.pool.clone();
