@@ -243,13 +243,12 @@ impl PostgresEventStorageBuilder {
     /// The bound on setting up one new connection of a pool the storage builds (default: the
     /// call timeout; a `connect_timeout` in the connection string wins).
     ///
-    /// On the deadpool driver a connect does not end with the call that needed it: it runs in
-    /// a task of its own, at most two at once per storage, and a connection made after its
-    /// caller gave up serves the next call. So under overload, when calls time out while
+    /// A connect does not end with the call that needed it: it goes on in a task of its own
+    /// (on the deadpool driver at most two at once per storage), and a connection made after
+    /// its caller gave up serves the next call. So under overload, when calls time out while
     /// connections are being set up, the server is not made to fork backend after backend for
     /// callers that left, and the pool fills up instead (`docs/postgres.md`, "Under
-    /// overload"). On the sqlx driver the call timeout bounds connecting too, and this setting
-    /// is not used.
+    /// overload"). On the sqlx driver it is the pool's `acquire_timeout`.
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
@@ -368,8 +367,12 @@ impl PostgresEventStorageBuilder {
                     #[cfg(feature = "sqlx-0_9")]
                     PostgresDriver::Sqlx09 => Engine::Sqlx09(
                         settings.adapter(
-                            crate::connection::sqlx::Sqlx::from_conninfo(info, size, timeout)
-                                .map_err(url_error)?,
+                            crate::connection::sqlx::Sqlx::from_conninfo(
+                                info,
+                                size,
+                                self.connect_timeout.unwrap_or(timeout),
+                            )
+                            .map_err(url_error)?,
                             true,
                         ),
                     ),

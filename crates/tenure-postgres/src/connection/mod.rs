@@ -104,6 +104,12 @@ pub(crate) trait Driver: Send + Sync + 'static {
     /// Takes `connection` out of the pool and closes it.
     fn discard(&self, connection: Self::Connection);
 
+    /// Takes `connection` back after a call that left it sound: by default gives it back to
+    /// the pool.
+    fn give_back(&self, connection: Self::Connection) {
+        drop(connection);
+    }
+
     /// The most connections the pool holds.
     fn max_size(&self) -> usize;
 
@@ -329,14 +335,15 @@ impl<D: Driver> Checkout<'_, D> {
 
 impl<D: Driver> Drop for Checkout<'_, D> {
     fn drop(&mut self) {
-        if !self.reusable
-            && let Some(connection) = self.connection.take()
-        {
-            if self.in_flight {
-                self.driver.abandon(connection);
-            } else {
-                self.driver.discard(connection);
-            }
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        if self.reusable {
+            self.driver.give_back(connection);
+        } else if self.in_flight {
+            self.driver.abandon(connection);
+        } else {
+            self.driver.discard(connection);
         }
     }
 }

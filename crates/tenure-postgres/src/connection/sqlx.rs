@@ -5,6 +5,7 @@
 //! sqlx type mapping (and none of its `chrono`/`time` features) is involved.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
@@ -29,18 +30,111 @@ use tenure_conninfo::ConnInfo;
 /// the pool holds connections), discarding the dead ones before any statement is sent: after a
 /// fault, calls cost a round trip more until the pool is known to be sound again; in steady
 /// state they cost nothing.
+///
+/// sqlx pings every connection given back to a `PgPool` (a round trip, so that a connection
+/// left in doubt by a dropped future is not handed out), which costs a call on a busy pool
+/// nearly a second round trip. A pool the storage built is the storage's alone, so its
+/// connections are kept checked out between calls ([`give_back`](Driver::give_back)) and only
+/// abandoned or broken ones go back to sqlx; an application's pool gets every connection back
+/// at once, as sqlx expects.
+///
+/// A connect is not dropped with a caller that gave up: a checkout that finds no idle
+/// connection waits for one in a task of its own, so that a connection set up for a caller
+/// that left serves the next one instead of being thrown away half made.
 pub(crate) struct Sqlx {
     pool: PgPool,
     /// How many checkouts still ping first.
     suspect: AtomicU32,
+    /// For a pool the storage built: its connections between calls.
+    kept: Option<Arc<Mutex<Kept>>>,
+}
+
+/// The connections a storage keeps between calls, and how many of its calls wait for one in
+/// the pool: while any does, a connection given back goes to the pool, where it waits.
+#[derive(Default)]
+struct Kept {
+    idle: Vec<PoolConnection<Postgres>>,
+    waiting: usize,
+}
+
+impl Kept {
+    fn lock(kept: &Mutex<Kept>) -> std::sync::MutexGuard<'_, Kept> {
+        kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lets go of every kept connection: back to the pool inside a Tokio runtime (sqlx gives a
+    /// connection back in a task), closed outside one.
+    fn release(kept: &Mutex<Kept>) {
+        let idle = std::mem::take(&mut Kept::lock(kept).idle);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(idle);
+        } else {
+            idle.into_iter().for_each(|c| drop(c.detach()));
+        }
+    }
+}
+
+impl Drop for Sqlx {
+    fn drop(&mut self) {
+        if let Some(kept) = &self.kept {
+            Kept::release(kept);
+        }
+    }
 }
 
 impl Sqlx {
-    /// The driver over `pool`.
+    /// The driver over an application's `pool`.
     pub(crate) fn new(pool: PgPool) -> Self {
         Sqlx {
             pool,
             suspect: AtomicU32::new(0),
+            kept: None,
+        }
+    }
+
+    /// A connection of the pool: a kept or idle one at once, else one waited for in a task of
+    /// its own (see the type's docs).
+    async fn acquire(&self) -> Result<PoolConnection<Postgres>, Failure> {
+        // Taking a kept connection and registering as waiting are one step, under the lock
+        // that `give_back` decides under: no connection is kept while a call waits.
+        let waiting = match &self.kept {
+            Some(kept) => {
+                let mut guard = Kept::lock(kept);
+                if let Some(connection) = guard.idle.pop() {
+                    return Ok(connection);
+                }
+                guard.waiting += 1;
+                Some(Arc::clone(kept))
+            }
+            None => None,
+        };
+        /// Unregisters the waiting call when the wait ends, also in a task whose caller left.
+        struct Waited(Option<Arc<Mutex<Kept>>>);
+        impl Drop for Waited {
+            fn drop(&mut self) {
+                if let Some(kept) = &self.0 {
+                    let mut guard = Kept::lock(kept);
+                    guard.waiting = guard.waiting.saturating_sub(1);
+                }
+            }
+        }
+        let waited = Waited(waiting);
+        if let Some(connection) = self.pool.try_acquire() {
+            drop(waited);
+            return Ok(connection);
+        }
+        let acquire = self.pool.acquire();
+        let wait = async move {
+            let acquired = acquire.await;
+            drop(waited);
+            acquired
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn(wait).await {
+                Ok(acquired) => acquired.map_err(failure),
+                Err(_) => Err(Failure::PoolClosed),
+            },
+            Err(_) => wait.await.map_err(failure),
         }
     }
 
@@ -49,14 +143,15 @@ impl Sqlx {
             .store(self.pool.options().get_max_connections(), Ordering::Relaxed);
     }
 
-    /// A pool of at most `size` connections for `info`, waiting at most `timeout` for a
-    /// connection (connecting included), and connecting lazily. Unless the string sets it,
+    /// A pool of at most `size` connections for `info`, kept between calls, waiting at most
+    /// `timeout` for a connection (connecting included; a connect whose caller left goes on
+    /// for up to `connect_timeout`), and connecting lazily. Unless the string sets it,
     /// `application_name` is `tenure`. Connections are not pinged before each call (sqlx's
     /// `test_before_acquire`): a broken one fails its call as `Unavailable` and is replaced.
     pub(crate) fn from_conninfo(
         info: &ConnInfo,
         size: usize,
-        timeout: Duration,
+        connect_timeout: Duration,
     ) -> Result<Self, UrlError> {
         let options = super::config::sqlx_options(info).map_err(UrlError::Url)?;
         let size = u32::try_from(size)
@@ -64,10 +159,14 @@ impl Sqlx {
         let pool = PgPoolOptions::new()
             .max_connections(size)
             .min_connections(0)
-            .acquire_timeout(timeout)
+            .acquire_timeout(connect_timeout)
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        Ok(Sqlx::new(pool))
+        Ok(Sqlx {
+            pool,
+            suspect: AtomicU32::new(0),
+            kept: Some(Arc::default()),
+        })
     }
 }
 
@@ -122,7 +221,7 @@ impl Driver for Sqlx {
     async fn checkout(&self) -> Result<PoolConnection<Postgres>, Failure> {
         // Bounded: each failed ping discards a connection, and the pool holds so many.
         for _ in 0..=self.pool.options().get_max_connections() {
-            let mut connection = self.pool.acquire().await.map_err(failure)?;
+            let mut connection = self.acquire().await?;
             if self.suspect.load(Ordering::Relaxed) == 0 {
                 return Ok(connection);
             }
@@ -176,16 +275,33 @@ impl Driver for Sqlx {
         self.suspect_everything();
     }
 
+    fn give_back(&self, connection: PoolConnection<Postgres>) {
+        let Some(kept) = &self.kept else {
+            return drop(connection);
+        };
+        let mut guard = Kept::lock(kept);
+        if guard.waiting == 0 && !self.pool.is_closed() {
+            guard.idle.push(connection);
+        } else {
+            drop(guard);
+            drop(connection);
+        }
+    }
+
     fn max_size(&self) -> usize {
         usize::try_from(self.pool.options().get_max_connections()).unwrap_or(usize::MAX)
     }
 
     fn close(&self) {
-        // Marks the pool closed at once; closing its connections takes a task.
+        // Marks the pool closed at once; closing its connections takes a task (the kept ones
+        // close as they drop into the closed pool).
         let pool = self.pool.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(async move { pool.close().await })),
             Err(_) => drop(pool.close()),
+        }
+        if let Some(kept) = &self.kept {
+            Kept::release(kept);
         }
     }
 }
