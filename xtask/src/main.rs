@@ -21,6 +21,8 @@
 //!   feature (and the Prometheus recorder), in one run.
 //! * `cargo xtask bench file`: the file backend's append and reopen benchmark, with its floor.
 //! * `cargo xtask bench events`: append and read throughput on memory and PostgreSQL.
+//! * `cargo xtask bench handover`: graceful and planned handover times on memory and
+//!   PostgreSQL, with etcd's election as the anchor when it is installed.
 //!
 //! Where the PostgreSQL tests find their server is decided in [`postgres`]; `docs/testing.md`
 //! tells it for contributors. It depends on nothing but std, so that it builds in seconds.
@@ -97,6 +99,7 @@ commands:
   bench metrics           the processor's throughput with the metrics feature off and on
   bench file              the file backend's appends against raw write + fsync, and reopening
   bench events            event appends and reads, memory and PostgreSQL, against plain SQL
+  bench handover          graceful and planned handover times, memory and PostgreSQL, against etcd
 ";
 
 fn main() -> ExitCode {
@@ -125,6 +128,9 @@ fn main() -> ExitCode {
         ["bench", "metrics"] => bench_metrics(),
         ["bench", "file"] => cargo::run(&["bench", "-p", "tenure-file", "--bench", "append"]),
         ["bench", "events"] => cargo::run(&["bench", "-p", "tenure-postgres", "--bench", "events"]),
+        ["bench", "handover"] => {
+            cargo::run(&["bench", "-p", "tenure-reliability", "--bench", "handover"])
+        }
         ["help" | "--help" | "-h"] => {
             print!("{USAGE}");
             Ok(())

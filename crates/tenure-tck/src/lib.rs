@@ -88,6 +88,7 @@
 
 #![deny(missing_docs)]
 
+mod changes;
 mod check;
 pub mod differential;
 mod events;
@@ -132,7 +133,7 @@ impl std::fmt::Debug for Scenario {
 
 /// Every scenario of the kit.
 pub fn scenarios() -> Vec<Scenario> {
-    [lease::SCENARIOS, events::SCENARIOS].concat()
+    [lease::SCENARIOS, changes::SCENARIOS, events::SCENARIOS].concat()
 }
 
 /// Expands into the `main` of a conformance test target: every scenario of the kit, each
