@@ -108,6 +108,8 @@
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod builder;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod changes;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod connection;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod decode;
