@@ -10,7 +10,6 @@ use support::{builder, fresh_prefix};
 use tenure_ports::{
     Capability, EventStorage, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseName, LeaseRequest,
 };
-use tenure_postgres::PostgresDriver;
 
 /// Far below any poll interval; only a bound on a wait that normally takes milliseconds.
 const PATIENCE: Duration = Duration::from_secs(10);
