@@ -422,6 +422,7 @@ impl PostgresEventStorageBuilder {
 
 /// Where the listener of a storage built from a connection string connects: the same server,
 /// with the same settings and TLS as the pool of `driver`.
+#[cfg_attr(not(feature = "deadpool"), allow(unused_variables))]
 fn listener_source(
     driver: PostgresDriver,
     info: &tenure_conninfo::ConnInfo,

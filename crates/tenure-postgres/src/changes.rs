@@ -278,7 +278,9 @@ async fn session(
     match &start.source {
         #[cfg(feature = "deadpool")]
         Source::Tokio { config, tls } => {
-            tokio_session::run(config, tls.clone(), start, sender, backoff).await
+            #[allow(clippy::clone_on_copy)] // `NoTls` without the `tls` feature
+            let tls = tls.clone();
+            tokio_session::run(config, tls, start, sender, backoff).await
         }
         #[cfg(feature = "sqlx-0_9")]
         Source::Sqlx(options) => sqlx_session::run(options, start, sender, backoff).await,
