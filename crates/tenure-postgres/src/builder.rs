@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tenure_ports::{BoxError, EventStorageError};
 
+use crate::changes::{Notifications, Source as ListenerSource};
 use crate::connection::{Driver, Link, UrlError};
 use crate::prefix::{DEFAULT_PREFIX, PrefixError, TablePrefix};
 use crate::schema::{self, SchemaMode};
@@ -122,6 +123,7 @@ pub struct PostgresEventStorageBuilder {
     connect_timeout: Option<Duration>,
     visibility_wait: Duration,
     schema_timeout: Duration,
+    notifications: bool,
 }
 
 impl fmt::Debug for PostgresEventStorageBuilder {
@@ -142,6 +144,7 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("visibility_wait", &self.visibility_wait)
             .field("schema_timeout", &self.schema_timeout)
+            .field("notifications", &self.notifications)
             .finish()
     }
 }
@@ -158,6 +161,7 @@ impl Default for PostgresEventStorageBuilder {
             connect_timeout: None,
             visibility_wait: DEFAULT_VISIBILITY_WAIT,
             schema_timeout: DEFAULT_SCHEMA_TIMEOUT,
+            notifications: true,
         }
     }
 }
@@ -279,6 +283,29 @@ impl PostgresEventStorageBuilder {
         self
     }
 
+    /// Whether the storage wakes its electors with `LISTEN`/`NOTIFY` (default `true`): with
+    /// it on, the storage has [`Capability::LeaseChanges`](tenure_ports::Capability::LeaseChanges)
+    /// and keeps one session connection of its own (not one of the pool) listening on
+    /// `<prefix>lease_changes`, opened by the first subscription, so that a release or a
+    /// step-down request reaches the waiting electors in milliseconds instead of at their next
+    /// poll (`docs/postgres.md`, "Wake-ups").
+    ///
+    /// Turn it off behind a PgBouncer in **transaction** pooling mode, where `LISTEN` silently
+    /// does nothing (the session it was sent in is not the one notifications would arrive
+    /// on): the storage then does not list the capability, and the electors poll, as they do
+    /// on any storage without it. Turning it off changes nothing in the database (the
+    /// triggers still notify, and nobody listens).
+    ///
+    /// A storage built on an application's deadpool pool ([`pool`](Self::pool)) has no
+    /// wake-ups whatever this says: deadpool does not tell the settings its connections are
+    /// made with, and its connections drop their notifications. Build it from a
+    /// [`url`](Self::url) (or on a sqlx pool) for them.
+    #[must_use]
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
     /// Checks the settings, creates the pool (if given a URL), and applies the schema mode.
     ///
     /// # Cancel safety
@@ -307,21 +334,31 @@ impl PostgresEventStorageBuilder {
             call_timeout: self.call_timeout,
             visibility_wait: self.visibility_wait,
         };
-        let (engine, target) = match self.source {
+        let (engine, target, listener) = match self.source {
             Source::None => return Err(BuildError::NoConnection),
             Source::Pool(pool) => {
                 let target = format!("an application-provided {} pool", pool.driver());
-                let engine = match pool.0 {
+                let (engine, listener) = match pool.0 {
                     #[cfg(feature = "deadpool")]
-                    PoolOf::Deadpool(pool) => Engine::Deadpool(
-                        settings.adapter(crate::connection::deadpool::Deadpool::new(pool), false),
+                    PoolOf::Deadpool(pool) => (
+                        Engine::Deadpool(
+                            settings
+                                .adapter(crate::connection::deadpool::Deadpool::new(pool), false),
+                        ),
+                        Err("an application's deadpool pool does not tell its connection settings"),
                     ),
                     #[cfg(feature = "sqlx-0_9")]
-                    PoolOf::Sqlx09(pool) => Engine::Sqlx09(
-                        settings.adapter(crate::connection::sqlx::Sqlx::new(pool), false),
-                    ),
+                    PoolOf::Sqlx09(pool) => {
+                        let options = ListenerSource::sqlx((*pool.connect_options()).clone());
+                        (
+                            Engine::Sqlx09(
+                                settings.adapter(crate::connection::sqlx::Sqlx::new(pool), false),
+                            ),
+                            Ok(options),
+                        )
+                    }
                 };
-                (engine, target)
+                (engine, target, listener)
             }
             Source::Url(_) | Source::Environment => {
                 if self.pool_size == 0 {
@@ -350,6 +387,7 @@ impl PostgresEventStorageBuilder {
                     UrlError::Pool(err) => BuildError::Pool(err),
                 };
                 let info = &found.info;
+                let listener = listener_source(self.driver, info, timeout).map_err(url_error)?;
                 let engine = match self.driver {
                     #[cfg(feature = "deadpool")]
                     PostgresDriver::Deadpool => Engine::Deadpool(
@@ -377,10 +415,15 @@ impl PostgresEventStorageBuilder {
                         ),
                     ),
                 };
-                (engine, found.shown.clone())
+                (engine, found.shown.clone(), Ok(listener))
             }
         };
-        let storage = PostgresEventStorage::new(engine, target);
+        let changes = match listener {
+            _ if !self.notifications => Notifications::off("turned off by the builder"),
+            Ok(source) => Notifications::on(source, &settings.prefix, self.call_timeout),
+            Err(reason) => Notifications::off(reason),
+        };
+        let storage = PostgresEventStorage::new(engine, target, changes);
         tracing::debug!(target: "tenure_postgres", storage = ?storage, mode = ?self.schema_mode, "building the storage");
         if self.schema_mode != SchemaMode::None {
             let work = async {
@@ -404,6 +447,33 @@ impl PostgresEventStorageBuilder {
         }
         Ok(storage)
     }
+}
+
+/// Where the listener of a storage built from a connection string connects: the same server,
+/// with the same settings and TLS as the pool of `driver`.
+#[cfg_attr(not(feature = "deadpool"), allow(unused_variables))]
+fn listener_source(
+    driver: PostgresDriver,
+    info: &tenure_conninfo::ConnInfo,
+    timeout: Duration,
+) -> Result<ListenerSource, UrlError> {
+    Ok(match driver {
+        #[cfg(all(feature = "deadpool", feature = "tls"))]
+        PostgresDriver::Deadpool => {
+            let (config, tls) =
+                crate::connection::tls::tokio_postgres(info, timeout).map_err(UrlError::Url)?;
+            ListenerSource::tokio(config, tls)
+        }
+        #[cfg(all(feature = "deadpool", not(feature = "tls")))]
+        PostgresDriver::Deadpool => ListenerSource::tokio(
+            crate::connection::config::tokio_config(info, timeout).map_err(UrlError::Url)?,
+            tokio_postgres::NoTls,
+        ),
+        #[cfg(feature = "sqlx-0_9")]
+        PostgresDriver::Sqlx09 => ListenerSource::sqlx(
+            crate::connection::config::sqlx_options(info).map_err(UrlError::Url)?,
+        ),
+    })
 }
 
 /// What every adapter is built with, whichever its driver.

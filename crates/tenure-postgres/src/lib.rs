@@ -38,6 +38,14 @@
 //!
 //! The conformance kit (`tenure-tck`) runs against all of it in real time, on each driver.
 //!
+//! **Wake-ups.** Triggers on the lease tables `NOTIFY` `<prefix>lease_changes` on a release, an
+//! acquisition or a step-down request (never on a renewal); the storage listens on one
+//! session connection of its own and offers them as
+//! [`Capability::LeaseChanges`](tenure_ports::Capability::LeaseChanges), so that electors hand
+//! over in milliseconds. Behind a transaction-pooling PgBouncer, where `LISTEN` does nothing,
+//! turn them off with [`notifications(false)`](PostgresEventStorageBuilder::notifications);
+//! electors then poll. `docs/postgres.md`, "Wake-ups".
+//!
 //! It is not a migration tool and not a connection manager: it uses the application's pool or
 //! builds a small one, applies its own DDL only in [`SchemaMode::Ensure`], and leaves the rest
 //! of the database alone.
@@ -107,6 +115,8 @@
 
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod builder;
+#[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
+mod changes;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]
 mod connection;
 #[cfg(any(feature = "deadpool", feature = "sqlx-0_9"))]

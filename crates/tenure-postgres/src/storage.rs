@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use tenure_ports::{
     AppendRequest, Bookmark, Capabilities, Capability, Contender, EventPosition, EventQuery,
-    EventStorage, EventStorageError, Fence, LeaseRequest, LeaseResponse, LeaseSnapshot,
-    ReadOptions, Sightings, StoredEvent, async_trait,
+    EventStorage, EventStorageError, Fence, LeaseChanges, LeaseRequest, LeaseResponse,
+    LeaseSnapshot, ReadOptions, Sightings, StoredEvent, async_trait,
 };
 
+use crate::changes::Notifications;
 use crate::connection::{Driver, Link};
 use crate::events::{self, EventStatements};
 use crate::lease::{self, Clock, LeaseStatements, Version};
@@ -129,6 +130,8 @@ pub struct PostgresEventStorage {
 struct Inner {
     engine: Engine,
     target: String,
+    /// The wake-ups (`changes`): the listener's connection, if on and started.
+    changes: Notifications,
 }
 
 impl fmt::Debug for PostgresEventStorage {
@@ -140,14 +143,19 @@ impl fmt::Debug for PostgresEventStorage {
             .field("prefix", &self.prefix().as_str())
             .field("call_timeout", &self.call_timeout())
             .field("closed", &on_adapter!(engine, a => a.link.is_closed()))
+            .field("notifications", &self.inner.changes)
             .finish()
     }
 }
 
 impl PostgresEventStorage {
-    pub(crate) fn new(engine: Engine, target: String) -> Self {
+    pub(crate) fn new(engine: Engine, target: String, changes: Notifications) -> Self {
         PostgresEventStorage {
-            inner: Arc::new(Inner { engine, target }),
+            inner: Arc::new(Inner {
+                engine,
+                target,
+                changes,
+            }),
         }
     }
 
@@ -185,6 +193,7 @@ impl PostgresEventStorage {
     /// Marks the storage closed, and closes the pool if the storage built it.
     pub(crate) fn close_now(&self) {
         on_adapter!(&self.inner.engine, a => a.link.close());
+        self.inner.changes.close();
     }
 }
 
@@ -194,13 +203,36 @@ impl EventStorage for PostgresEventStorage {
         "postgres"
     }
 
+    /// Every capability; [`Capability::LeaseChanges`] unless notifications are off
+    /// ([`notifications`](crate::PostgresEventStorageBuilder::notifications)) or the storage
+    /// was built on an application's deadpool pool (whose connection settings it cannot
+    /// read).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::from([
+        let mut capabilities = Capabilities::from([
             Capability::Lease,
             Capability::Events,
             Capability::Bookmarks,
             Capability::FencedBookmarks,
-        ])
+        ]);
+        if self.inner.changes.available() {
+            capabilities = capabilities.with(Capability::LeaseChanges);
+        }
+        capabilities
+    }
+
+    /// A subscription to the lease changes that the triggers of the schema notify on
+    /// `<prefix>lease_changes`, received by the storage's one listening connection (opened by
+    /// the first subscription, with the storage's connection settings and TLS, and
+    /// `application_name` `<application_name>-listener`). After each (re)connection of the
+    /// listener every subscription receives [`LeaseChange::Missed`](tenure_ports::LeaseChange::Missed):
+    /// notifications sent while it was disconnected are lost. Must be called within a tokio
+    /// runtime; fails with `Closed` once the storage is closed, and with `Unsupported` when
+    /// the storage has no [`Capability::LeaseChanges`].
+    fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
+        if on_adapter!(self.engine(), a => a.link.is_closed()) {
+            return Err(EventStorageError::Closed);
+        }
+        self.inner.changes.subscribe()
     }
 
     /// One call of the `<prefix>request_lease_v2` function, in autocommit, with this

@@ -42,8 +42,9 @@ async fn ensure_twice_is_harmless_and_keeps_the_data(driver: PostgresDriver) {
     // Leases: two tables, their primary key indexes, the row type of request_lease_v1's
     // answer (v2's too), three functions (request v1 and v2, release v1). Events: three tables, their primary key indexes, the position
     // sequence, three more indexes, one function. The transaction fence: a table, its primary
-    // key index, a function. And no more after a second run.
-    assert_eq!(objects, 8 + 11 + 3);
+    // key index, a function. The wake-ups: two trigger functions (the triggers are not
+    // relations). And no more after a second run.
+    assert_eq!(objects, 8 + 11 + 3 + 2);
     let second = builder(driver, &guard).build().await.unwrap();
     assert_eq!(count_objects(guard.prefix()).await, objects);
     let standby = second.request_lease(&request("l", "b")).await.unwrap();
@@ -143,7 +144,7 @@ async fn validate_names_wrong_and_missing_columns(driver: PostgresDriver) {
         &guard,
         &format!(
             "ALTER TABLE {p}leases ALTER COLUMN priority TYPE integer; \
-             ALTER TABLE {p}lease_contenders DROP COLUMN last_seen; \
+             ALTER TABLE {p}lease_contenders DROP COLUMN last_seen CASCADE; \
              ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL;"
         ),
     )
@@ -152,9 +153,50 @@ async fn validate_names_wrong_and_missing_columns(driver: PostgresDriver) {
         format!("column {p}leases.priority is integer, expected bigint"),
         format!("column {p}lease_contenders.last_seen is missing"),
         format!("column {p}leases.owner must be NOT NULL"),
+        // The column went with the trigger that watches it (CASCADE).
+        format!("trigger {p}contenders_changed on table {p}lease_contenders is missing"),
     ] {
         assert!(message.contains(&expected), "{expected:?} not in {message}");
     }
+}
+}
+
+on_each_driver! {
+#[tokio::test]
+async fn validate_names_missing_and_disabled_notification_triggers(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    let p = guard.prefix();
+    let message = validate_after_damage(
+        driver,
+        &guard,
+        &format!(
+            "DROP TRIGGER {p}leases_changed ON {p}leases; \
+             ALTER TABLE {p}lease_contenders DISABLE TRIGGER {p}contenders_joined;"
+        ),
+    )
+    .await;
+    for expected in [
+        format!("trigger {p}leases_changed on table {p}leases is missing"),
+        format!("trigger {p}contenders_joined on table {p}lease_contenders is disabled"),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} not in {message}");
+    }
+    assert!(!message.contains(&format!("{p}leases_created")), "{message}");
+    // Ensure puts the missing one back (it does not re-enable a disabled one: that was an
+    // operator's decision, and Validate keeps naming it).
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {p}lease_contenders ENABLE TRIGGER {p}contenders_joined"
+        ))
+        .await
+        .unwrap();
+    builder(driver, &guard).build().await.unwrap();
+    builder(driver, &guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap();
 }
 }
 

@@ -115,6 +115,18 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),
     ("fence_v1", "text, bigint"),
+    ("notify_lease_v1", ""),
+    ("notify_contender_v1", ""),
+];
+
+/// The triggers of the wake-ups (`0007_lease_notifications.sql`): each one's name and its
+/// table (both without the prefix). `Validate` requires each to exist on its table and to be
+/// enabled.
+pub(crate) const TRIGGERS: &[(&str, &str)] = &[
+    ("leases_created", "leases"),
+    ("leases_changed", "leases"),
+    ("contenders_joined", "lease_contenders"),
+    ("contenders_changed", "lease_contenders"),
 ];
 
 /// Applies `mode` for `prefix` on one connection of `link`: `Ensure` runs the shipped DDL
@@ -379,6 +391,46 @@ async fn problems<D: Driver>(
             problems.push(format!("function {name}({arguments}) is missing"));
         }
     }
+    problems.extend(trigger_problems(connection, prefix, &existing).await?);
+    Ok(problems)
+}
+
+/// Every trigger of [`TRIGGERS`] that is missing or disabled, on the tables that exist.
+async fn trigger_problems<D: Driver>(
+    connection: &mut Checkout<'_, D>,
+    prefix: &TablePrefix,
+    existing: &[String],
+) -> Result<Vec<String>, EventStorageError> {
+    let names: Vec<String> = TRIGGERS
+        .iter()
+        .map(|(t, _)| format!("{prefix}{t}"))
+        .collect();
+    let rows = catalog(
+        connection,
+        "validating the schema",
+        "SELECT t.tgname::text, c.relname::text, t.tgenabled::text \
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+           JOIN pg_namespace n ON n.oid = c.relnamespace \
+          WHERE n.nspname = current_schema() AND t.tgname = ANY($1) AND NOT t.tgisinternal",
+        &[Param::Texts(&names)],
+    )
+    .await?;
+    let found = texts(&rows, 3)?;
+    let mut problems = Vec::new();
+    for (trigger, table) in TRIGGERS {
+        let (name, table) = (format!("{prefix}{trigger}"), format!("{prefix}{table}"));
+        if !existing.contains(&table) {
+            continue;
+        }
+        match found.iter().find(|f| f[0] == name && f[1] == table) {
+            None => problems.push(format!("trigger {name} on table {table} is missing")),
+            // 'D': disabled (ALTER TABLE … DISABLE TRIGGER): no wake-up would ever come.
+            Some(f) if f[2] == "D" => {
+                problems.push(format!("trigger {name} on table {table} is disabled"));
+            }
+            Some(_) => {}
+        }
+    }
     Ok(problems)
 }
 
@@ -404,6 +456,13 @@ mod tests {
                 sql.contains(&format!("FUNCTION tenure_{function}(")),
                 "{function}"
             );
+        }
+        for (trigger, table) in TRIGGERS {
+            assert!(
+                sql.contains(&format!("CREATE TRIGGER tenure_{trigger}\n")),
+                "{trigger}"
+            );
+            assert!(sql.contains(&format!(" ON tenure_{table}\n")), "{table}");
         }
         for table in TABLES {
             assert!(

@@ -43,6 +43,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0006_lease_functions_v2.sql",
         include_str!("../../migrations/0006_lease_functions_v2.sql"),
     ),
+    (
+        "0007_lease_notifications.sql",
+        include_str!("../../migrations/0007_lease_notifications.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -108,6 +112,8 @@ mod tests {
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_event_keys"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_bookmarks"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_append_events_v1"));
+        assert!(sql.contains("CREATE TRIGGER abc_leases_changed"));
+        assert!(sql.contains("pg_notify('abc_lease_changes', "));
         assert!(ddl("ABC").is_err());
     }
 

@@ -186,7 +186,9 @@ mod tests {
                 "tenure_release_lease_v1",
                 "tenure_append_events_v1",
                 "tenure_fence_v1",
-                "tenure_request_lease_v2"
+                "tenure_request_lease_v2",
+                "tenure_notify_lease_v1",
+                "tenure_notify_contender_v1"
             ]
         );
         for (name, body) in &bodies {
