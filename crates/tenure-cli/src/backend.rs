@@ -81,6 +81,18 @@ pub async fn open_postgres(
     build_postgres(postgres_builder(target, prefix, mode, pool_size), target).await
 }
 
+/// [`open_postgres`] for a command that looks once and leaves (`leases`, `schema`): no
+/// listening connection for wake-ups that nobody waits for.
+pub async fn open_postgres_once(
+    target: &Target,
+    prefix: &str,
+    mode: SchemaMode,
+    pool_size: usize,
+) -> anyhow::Result<PostgresEventStorage> {
+    let builder = postgres_builder(target, prefix, mode, pool_size).notifications(false);
+    build_postgres(builder, target).await
+}
+
 fn postgres_builder(
     target: &Target,
     prefix: &str,

@@ -286,7 +286,7 @@ impl PostgresEventStorageBuilder {
     /// Whether the storage wakes its electors with `LISTEN`/`NOTIFY` (default `true`): with
     /// it on, the storage has [`Capability::LeaseChanges`](tenure_ports::Capability::LeaseChanges)
     /// and keeps one session connection of its own (not one of the pool) listening on
-    /// `<prefix>lease_changes`, opened by the first subscription, so that a release or a
+    /// `<prefix>lease_changes`, opened when the storage is built, so that a release or a
     /// step-down request reaches the waiting electors in milliseconds instead of at their next
     /// poll (`docs/postgres.md`, "Wake-ups").
     ///
@@ -329,6 +329,7 @@ impl PostgresEventStorageBuilder {
                 });
             }
         }
+        let connect_timeout = self.connect_timeout.unwrap_or(self.call_timeout);
         let settings = Settings {
             prefix,
             call_timeout: self.call_timeout,
@@ -420,7 +421,7 @@ impl PostgresEventStorageBuilder {
         };
         let changes = match listener {
             _ if !self.notifications => Notifications::off("turned off by the builder"),
-            Ok(source) => Notifications::on(source, &settings.prefix, self.call_timeout),
+            Ok(source) => Notifications::on(source, &settings.prefix, connect_timeout),
             Err(reason) => Notifications::off(reason),
         };
         let storage = PostgresEventStorage::new(engine, target, changes);
@@ -445,6 +446,11 @@ impl PostgresEventStorageBuilder {
                 return Err(err.into());
             }
         }
+        // The listener is started here rather than by the first subscription, so that a
+        // subscription taken once `build` returned hears every later change (and the first
+        // handover after start-up is as quick as the others). Its connection attempt and its
+        // `LISTEN` are each bounded by the connect timeout.
+        storage.start_notifications(connect_timeout * 2).await;
         Ok(storage)
     }
 }

@@ -6,8 +6,9 @@
 //! asked to step down. A storage with notifications on keeps **one** session connection of its
 //! own (never one of the pool: a notification arrives only on the connection that listens),
 //! opened with the storage's connection settings and TLS, with `application_name`
-//! `<its application_name>-listener` (`tenure-listener` by default). It is started by the first
-//! subscription ([`Notifications::subscribe`]) and fans every notification out to every
+//! `<its application_name>-listener` (`tenure-listener` by default). It is started when the
+//! storage is built ([`Notifications::start`], which waits until it listens, so that every
+//! subscription hears every change committed after it was taken) and fans every notification out to every
 //! subscription through a broadcast channel; a subscription that falls behind is told
 //! [`LeaseChange::Missed`].
 //!
@@ -121,7 +122,7 @@ pub(crate) struct Notifications {
 enum State {
     /// Turned off, or not possible for this storage (see [`Notifications::off`]).
     Off(&'static str),
-    /// On; the listener starts with the first subscription.
+    /// On; the listener starts when the storage is built (or with the first subscription).
     Idle(Box<Start>),
     /// The listener runs; dropping `stop` stops it.
     Running {
@@ -181,12 +182,40 @@ impl Notifications {
             .is_ok_and(|state| !matches!(*state, State::Off(_)))
     }
 
-    /// A subscription; the first one starts the listener (on the current tokio runtime).
+    /// Starts the listener (if it is on and not started yet) and waits until it listens, or
+    /// its first connection attempt failed, or `patience` passed: from then on (while it stays
+    /// connected) every change committed after a subscription was taken reaches it. Without
+    /// this wait, changes made before the listener's first `LISTEN` would be lost, and only a
+    /// `Missed` would say so. A listener that cannot connect yet keeps trying on its own.
+    pub(crate) async fn start(&self, patience: Duration) {
+        let started = match self.lock().map(|mut state| launch(&mut state)) {
+            Ok(Some(started)) => started,
+            Ok(None) | Err(_) => return,
+        };
+        let Started {
+            mut subscription,
+            first_failed,
+        } = started;
+        let outcome = tokio::time::timeout(patience, async {
+            tokio::select! {
+                change = subscription.next() => change == Some(LeaseChange::Missed),
+                _ = first_failed => false,
+            }
+        })
+        .await;
+        if matches!(outcome, Ok(true)) {
+            tracing::debug!(target: "tenure_postgres", "the storage's listener is listening");
+        } else {
+            tracing::warn!(target: "tenure_postgres", ?patience,
+                "the lease-change listener is not listening yet; it keeps trying, and electors \
+                 poll until it does");
+        }
+    }
+
+    /// A subscription; the first one starts the listener (on the current tokio runtime) if
+    /// [`start`](Self::start) did not.
     pub(crate) fn subscribe(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {
-        let mut state = self
-            .state
-            .lock()
-            .map_err(|_| EventStorageError::internal("the listener's state is poisoned"))?;
+        let mut state = self.lock()?;
         match &*state {
             State::Off(reason) => {
                 tracing::debug!(target: "tenure_postgres", reason, "no lease changes");
@@ -198,23 +227,21 @@ impl Notifications {
             }
             State::Idle(_) => {}
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            EventStorageError::unavailable(
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(EventStorageError::unavailable(
                 "lease changes need a tokio runtime: subscribe from within one",
-            )
-        })?;
-        let State::Idle(start) = std::mem::replace(&mut *state, State::Closed) else {
-            return Err(EventStorageError::internal("the listener's state changed"));
-        };
-        let (sender, receiver) = broadcast::channel(BUFFERED);
-        let (stop, stopped) = oneshot::channel();
-        let subscription = Subscription(receiver);
-        drop(runtime.spawn(run(*start, sender.clone(), stopped)));
-        *state = State::Running {
-            sender,
-            _stop: stop,
-        };
-        Ok(Box::new(subscription))
+            ));
+        }
+        match launch(&mut state) {
+            Some(started) => Ok(Box::new(started.subscription)),
+            None => Err(EventStorageError::internal("the listener's state changed")),
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, EventStorageError> {
+        self.state
+            .lock()
+            .map_err(|_| EventStorageError::internal("the listener's state is poisoned"))
     }
 
     /// Stops the listener (if it runs); every subscription ends once it has taken what was
@@ -226,6 +253,37 @@ impl Notifications {
             *state = State::Closed;
         }
     }
+}
+
+/// A listener just spawned: a subscription taken before it could send anything, and word of
+/// its first connection attempt failing.
+struct Started {
+    subscription: Subscription,
+    first_failed: oneshot::Receiver<()>,
+}
+
+/// Spawns the listener of an `Idle` state on the current runtime and makes the state
+/// `Running`; `None` in any other state, or outside a runtime.
+fn launch(state: &mut State) -> Option<Started> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    if !matches!(state, State::Idle(_)) {
+        return None;
+    }
+    let State::Idle(start) = std::mem::replace(state, State::Closed) else {
+        return None;
+    };
+    let (sender, receiver) = broadcast::channel(BUFFERED);
+    let (stop, stopped) = oneshot::channel();
+    let (failed, first_failed) = oneshot::channel();
+    drop(runtime.spawn(run(*start, sender.clone(), stopped, failed)));
+    *state = State::Running {
+        sender,
+        _stop: stop,
+    };
+    Some(Started {
+        subscription: Subscription(receiver),
+        first_failed,
+    })
 }
 
 /// A subscription to a PostgreSQL storage's lease changes.
@@ -245,19 +303,25 @@ impl LeaseChanges for Subscription {
 }
 
 /// The listener: connects, listens, forwards, and reconnects after a jittered delay, until
-/// `stopped` (the storage closed or dropped).
+/// `stopped` (the storage closed or dropped). `first_failed` is told when the first session
+/// ends (whether or not it got to listen).
 async fn run(
     start: Start,
     sender: broadcast::Sender<LeaseChange>,
     mut stopped: oneshot::Receiver<()>,
+    first_failed: oneshot::Sender<()>,
 ) {
     let mut backoff = Backoff::new();
+    let mut first_failed = Some(first_failed);
     loop {
         let session = session(&start, &sender, &mut backoff);
         let ended = tokio::select! {
             _ = &mut stopped => return,
             ended = session => ended,
         };
+        if let Some(told) = first_failed.take() {
+            let _ = told.send(()); // nobody may be waiting any more
+        }
         let delay = backoff.next();
         tracing::info!(target: "tenure_postgres", reason = %ended, ?delay,
             "the lease-change listener lost its connection; reconnecting");

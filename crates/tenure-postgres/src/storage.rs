@@ -195,6 +195,12 @@ impl PostgresEventStorage {
         on_adapter!(&self.inner.engine, a => a.link.close());
         self.inner.changes.close();
     }
+
+    /// Starts the listener (when the storage has wake-ups) and waits, at most `patience`,
+    /// until it listens or its first attempt failed.
+    pub(crate) async fn start_notifications(&self, patience: Duration) {
+        self.inner.changes.start(patience).await;
+    }
 }
 
 #[async_trait]
@@ -221,11 +227,13 @@ impl EventStorage for PostgresEventStorage {
     }
 
     /// A subscription to the lease changes that the triggers of the schema notify on
-    /// `<prefix>lease_changes`, received by the storage's one listening connection (opened by
-    /// the first subscription, with the storage's connection settings and TLS, and
-    /// `application_name` `<application_name>-listener`). After each (re)connection of the
-    /// listener every subscription receives [`LeaseChange::Missed`](tenure_ports::LeaseChange::Missed):
-    /// notifications sent while it was disconnected are lost. Must be called within a tokio
+    /// `<prefix>lease_changes`, received by the storage's one listening connection (opened when
+    /// the storage is built, with the storage's connection settings and TLS, and
+    /// `application_name` `<application_name>-listener`). Every change committed after the
+    /// subscription was taken reaches it while the listener is connected; after each
+    /// reconnection of the listener every subscription receives
+    /// [`LeaseChange::Missed`](tenure_ports::LeaseChange::Missed): notifications sent while it
+    /// was disconnected are lost. Must be called within a tokio
     /// runtime; fails with `Closed` once the storage is closed, and with `Unsupported` when
     /// the storage has no [`Capability::LeaseChanges`].
     fn lease_changes(&self) -> Result<Box<dyn LeaseChanges>, EventStorageError> {

@@ -116,6 +116,8 @@ async fn storage_at(
             .url(url.clone())
             .driver(driver)
             .prefix("t_")
+            // The pool's sessions are what is counted: no listener beside them.
+            .notifications(false)
     };
     let ensured = builder()
         .schema_mode(SchemaMode::Ensure)

@@ -74,12 +74,14 @@ async fn asynchronous_replication_can_lose_tokens_in_a_failover() {
         answered > 100,
         "the electors did not carry on after the failover: {report}"
     );
+    // The replica never saw the last acquisitions: it gives their tokens again. That shows
+    // as a token going backwards (when a later token had been seen) or, when the lost
+    // acquisition was the last one, as one token given to two owners.
     assert!(
-        report
-            .history
-            .violations
-            .iter()
-            .any(|v| matches!(v, Violation::TokenWentBackwards { .. })),
-        "a lost acquisition must show as a token going backwards: {report}"
+        report.history.violations.iter().any(|v| matches!(
+            v,
+            Violation::TokenWentBackwards { .. } | Violation::TokenSharedByOwners { .. }
+        )),
+        "a lost acquisition must show as a token given again: {report}"
     );
 }
