@@ -8,8 +8,8 @@
 //! opened with the storage's connection settings and TLS, with `application_name`
 //! `<its application_name>-listener` (`tenure-listener` by default). It is started when the
 //! storage is built ([`Notifications::start`], which waits until it listens, so that every
-//! subscription hears every change committed after it was taken) and fans every notification out to every
-//! subscription through a broadcast channel; a subscription that falls behind is told
+//! subscription hears every change committed after it was taken) and fans every notification
+//! out to every subscription through a broadcast channel; a subscription that falls behind is told
 //! [`LeaseChange::Missed`].
 //!
 //! Notifications sent while the listener is disconnected are lost, so after every connection
@@ -227,14 +227,12 @@ impl Notifications {
             }
             State::Idle(_) => {}
         }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(EventStorageError::unavailable(
-                "lease changes need a tokio runtime: subscribe from within one",
-            ));
-        }
+        // The state is `Idle`: `launch` fails only outside a runtime.
         match launch(&mut state) {
             Some(started) => Ok(Box::new(started.subscription)),
-            None => Err(EventStorageError::internal("the listener's state changed")),
+            None => Err(EventStorageError::unavailable(
+                "lease changes need a tokio runtime: subscribe from within one",
+            )),
         }
     }
 
