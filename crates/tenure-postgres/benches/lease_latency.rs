@@ -8,8 +8,9 @@
 //!   deadpool-postgres pool and tokio-postgres: the one floor both drivers are held to;
 //! * **floor on sqlx** (for the record): the same `UPDATE` through a `sqlx::PgPool`, which says
 //!   what the sqlx driver itself costs;
-//! * then on each driver (the deadpool storage on that deadpool pool, the sqlx storage on that
-//!   `PgPool`, both passed in as an application passes its pool):
+//! * then on each storage (the deadpool storage on that deadpool pool, the sqlx storage on that
+//!   `PgPool`, both passed in as an application passes its pool, and a sqlx storage built from
+//!   the URL, with a pool of its own of the same size):
 //!   * **renewal**: `request_lease` renewing one of 1,000 held leases (one call of the PL/pgSQL
 //!     function);
 //!   * **renewal, 2 live standbys**: the same on 1,000 other leases that each have two live
@@ -17,11 +18,15 @@
 //!   * **standby's request**: a contender's `request_lease` on one of 1,000 leases held by
 //!     someone else (it registers, and stands by);
 //!   * **takeover**: `request_lease` on one of 1,000 leases whose holder's 1 ms ttl ran out
-//!     (a new tenure, a new token).
+//!     (a new tenure, a new token), by a contender that has seen that tenure end: since
+//!     `request_lease_v2` a takeover of a lease that merely expired needs the taker's own
+//!     sighting of it for a ttl, so each round of takeovers is prepared, untimed, by one
+//!     standby's request per lease from the round's new owner and a 2 ms pause.
 //!
 //! Latency: one caller, the sides interleaved in rounds of 100 calls, median and p90/p99 per
 //! side. Throughput: 8 concurrent callers over the 1,000 rows/leases, each caller its own
-//! share, the sides interleaved in 2-second slices. It prints the figures and, per driver, the
+//! share, the sides interleaved in 2-second slices (a takeover slice ends sooner, after one
+//! round over its 1,000 leases, as each lease can be taken over once per prepared round). It prints the figures and, per driver, the
 //! ratios against the targets (renewal median ≤ 1.3 × floor, renewal throughput ≥ 0.8 × floor).
 //! It creates its own prefix and drops it afterwards.
 //!
@@ -70,18 +75,53 @@ impl Call {
     }
 }
 
+/// The storages measured: one per driver on the application's pool, and the sqlx driver on a
+/// pool of its own (which keeps its connections between calls, so it does not pay the ping
+/// that sqlx sends on every connection given back to a `PgPool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Storage {
+    Deadpool,
+    SqlxOnAppPool,
+    SqlxOwnPool,
+}
+
+impl Storage {
+    const ALL: [Storage; 3] = [
+        Storage::Deadpool,
+        Storage::SqlxOnAppPool,
+        Storage::SqlxOwnPool,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Storage::Deadpool => "deadpool",
+            Storage::SqlxOnAppPool => "sqlx-0.9",
+            Storage::SqlxOwnPool => "sqlx-0.9 own pool",
+        }
+    }
+
+    /// The takeover leases' tag: each storage has leases of its own.
+    fn tag(self) -> &'static str {
+        match self {
+            Storage::Deadpool => "dp",
+            Storage::SqlxOnAppPool => "sx",
+            Storage::SqlxOwnPool => "so",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
     Floor,
     FloorOnSqlx,
-    Lease(PostgresDriver, Call),
+    Lease(Storage, Call),
 }
 
 impl Side {
     fn all() -> Vec<Side> {
         let mut sides = vec![Side::Floor, Side::FloorOnSqlx];
-        for driver in [PostgresDriver::Deadpool, PostgresDriver::Sqlx09] {
-            sides.extend(Call::ALL.map(|call| Side::Lease(driver, call)));
+        for storage in Storage::ALL {
+            sides.extend(Call::ALL.map(|call| Side::Lease(storage, call)));
         }
         sides
     }
@@ -90,7 +130,7 @@ impl Side {
         match self {
             Side::Floor => "single-row UPDATE (floor)".to_owned(),
             Side::FloorOnSqlx => "single-row UPDATE on sqlx".to_owned(),
-            Side::Lease(driver, call) => format!("{driver}: {}", call.label()),
+            Side::Lease(storage, call) => format!("{}: {}", storage.label(), call.label()),
         }
     }
 }
@@ -98,6 +138,7 @@ impl Side {
 struct Bench {
     deadpool: PostgresEventStorage,
     sqlx: PostgresEventStorage,
+    sqlx_own: PostgresEventStorage,
     deadpool_pool: deadpool_postgres::Pool,
     sqlx_pool: PgPool,
     update: String,
@@ -106,7 +147,7 @@ struct Bench {
 impl Bench {
     async fn call(&self, side: Side, i: usize) {
         let id = i32::try_from(i % ROWS).unwrap();
-        let (driver, call) = match side {
+        let (which, call) = match side {
             Side::Floor => {
                 let client = self.deadpool_pool.get().await.unwrap();
                 let statement = client.prepare_cached(&self.update).await.unwrap();
@@ -122,18 +163,10 @@ impl Bench {
                 assert_eq!(done.rows_affected(), 1);
                 return;
             }
-            Side::Lease(driver, call) => (driver, call),
+            Side::Lease(which, call) => (which, call),
         };
-        let storage = match driver {
-            PostgresDriver::Deadpool => &self.deadpool,
-            _ => &self.sqlx,
-        };
+        let storage = self.storage(which);
         let n = i % ROWS;
-        let tag = if driver == PostgresDriver::Deadpool {
-            "dp"
-        } else {
-            "sx"
-        };
         let (request, expected) = match call {
             Call::Renewal => (
                 LeaseRequest::new(format!("bench-{n}"), "bench", 0, TTL),
@@ -147,19 +180,62 @@ impl Bench {
                 LeaseRequest::new(format!("held-{n}"), "bench", 0, TTL),
                 LeaseStatus::Standby,
             ),
-            // A new owner every round over the leases: the holder's 1 ms ran out long ago.
-            Call::Takeover => (
-                LeaseRequest::new(
-                    format!("tk-{tag}-{n}"),
-                    format!("o{}", i / ROWS),
-                    0,
-                    Duration::from_millis(1),
-                ),
-                LeaseStatus::Leader,
-            ),
+            // Prepared: the holder's 1 ms ran out, and the taker saw it (`prepare`).
+            Call::Takeover => (self.takeover(which, i), LeaseStatus::Leader),
         };
         let response = storage.request_lease(&request).await.unwrap();
         assert_eq!(response.status, expected, "{side:?}");
+    }
+}
+
+impl Bench {
+    /// Before the takeovers of `calls` (all in one round over the leases, `i / ROWS`
+    /// the same for each): each call's new owner asks once, stands by and so starts its
+    /// sighting of the expired tenure, and 2 ms pass, more than the holder's 1 ms ttl. Untimed;
+    /// nothing for the other sides.
+    async fn prepare(self: &Arc<Self>, side: Side, calls: std::ops::Range<usize>) {
+        let Side::Lease(which, Call::Takeover) = side else {
+            return;
+        };
+        assert_eq!(
+            calls.start / ROWS,
+            (calls.end - 1) / ROWS,
+            "a round of its own"
+        );
+        let tasks: Vec<_> = (0..CALLERS)
+            .map(|c| {
+                let (bench, calls) = (self.clone(), calls.clone());
+                tokio::spawn(async move {
+                    for i in calls.skip(c).step_by(CALLERS) {
+                        let request = bench.takeover(which, i);
+                        let response = bench.storage(which).request_lease(&request).await.unwrap();
+                        assert_eq!(response.status, LeaseStatus::Standby, "sighting {i}");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    fn storage(&self, which: Storage) -> &PostgresEventStorage {
+        match which {
+            Storage::Deadpool => &self.deadpool,
+            Storage::SqlxOnAppPool => &self.sqlx,
+            Storage::SqlxOwnPool => &self.sqlx_own,
+        }
+    }
+
+    /// The takeover request of call `i`: a new owner every round over the leases.
+    fn takeover(&self, which: Storage, i: usize) -> LeaseRequest {
+        LeaseRequest::new(
+            format!("tk-{}-{}", which.tag(), i % ROWS),
+            format!("o{}", i / ROWS),
+            0,
+            Duration::from_millis(1),
+        )
     }
 }
 
@@ -225,6 +301,15 @@ fn main() {
             .build()
             .await
             .unwrap();
+        let sqlx_own = PostgresEventStorage::builder()
+            .url(server.url.clone())
+            .driver(PostgresDriver::Sqlx09)
+            .pool_size(CALLERS)
+            .prefix(&prefix)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(sqlx_own.driver(), PostgresDriver::Sqlx09);
         let setup = server.connect().await.unwrap();
         let ttl = TTL.as_micros();
         let last = ROWS - 1;
@@ -242,7 +327,7 @@ fn main() {
                  SELECT {prefix}request_lease_v1('held-' || g, 'holder', 0, {ttl}) \
                    FROM generate_series(0, {last}) g; \
                  SELECT {prefix}request_lease_v1('tk-' || t || '-' || g, 'first', 0, 1000) \
-                   FROM generate_series(0, {last}) g, unnest(ARRAY['dp', 'sx']) AS t;"
+                   FROM generate_series(0, {last}) g, unnest(ARRAY['dp', 'sx', 'so']) AS t;"
             ))
             .await
             .unwrap();
@@ -255,6 +340,7 @@ fn main() {
         let bench = Arc::new(Bench {
             deadpool,
             sqlx,
+            sqlx_own,
             deadpool_pool,
             sqlx_pool,
             update: format!("UPDATE {prefix}bench_rows SET v = v + 1 WHERE id = $1"),
@@ -275,12 +361,13 @@ fn main() {
 
         // Warm every connection's statement cache, and the server's buffers.
         for &side in &sides {
+            bench.prepare(side, 0..ROWS).await;
             let tasks: Vec<_> = (0..CALLERS)
                 .map(|c| {
                     let bench = bench.clone();
                     tokio::spawn(async move {
-                        for i in 0..200 {
-                            bench.call(side, c + i * CALLERS).await;
+                        for i in (c..ROWS).step_by(CALLERS) {
+                            bench.call(side, i).await;
                         }
                     })
                 })
@@ -289,8 +376,8 @@ fn main() {
                 t.await.unwrap();
             }
         }
-        // The takeovers' owners go on from the warm-up's rounds.
-        let mut i = 200 * CALLERS;
+        // The takeovers' owners go on from the warm-up's round.
+        let mut i = ROWS;
 
         // Latency: one caller, sides interleaved in rounds of 100 calls.
         let samples = env_number("TENURE_BENCH_SAMPLES", 3000) as usize;
@@ -300,11 +387,12 @@ fn main() {
             .collect();
         while latencies[0].len() < samples {
             for (s, side) in sides.iter().enumerate() {
+                bench.prepare(*side, i..i + 100).await;
                 for _ in 0..100 {
-                    i += 7;
                     let started = Instant::now();
                     bench.call(*side, i).await;
                     latencies[s].push(started.elapsed());
+                    i += 1;
                 }
             }
         }
@@ -313,20 +401,26 @@ fn main() {
         let seconds = env_number("TENURE_BENCH_SECONDS", 12);
         let mut counts = vec![0u64; sides.len()];
         let mut spent = vec![Duration::ZERO; sides.len()];
-        let base = Arc::new(AtomicU64::new(i.div_ceil(ROWS * 2) as u64 * (ROWS * 2) as u64));
+        let base = Arc::new(AtomicU64::new(i.div_ceil(ROWS) as u64 * ROWS as u64));
         for _ in 0..seconds.div_ceil(2) {
             for (s, side) in sides.iter().enumerate() {
+                let from = base.load(Ordering::Relaxed) as usize;
+                // A takeover slice is one prepared round: each lease taken over once.
+                let end = match side {
+                    Side::Lease(_, Call::Takeover) => from + ROWS,
+                    _ => usize::MAX,
+                };
+                bench.prepare(*side, from..from + ROWS).await;
                 let done = Arc::new(AtomicU64::new(0));
                 let stop = Instant::now() + Duration::from_secs(2);
                 let started = Instant::now();
-                let from = base.load(Ordering::Relaxed) as usize;
                 let tasks: Vec<_> = (0..CALLERS)
                     .map(|c| {
                         let (bench, done, side) = (bench.clone(), done.clone(), *side);
                         tokio::spawn(async move {
                             // Each caller works on its own share of the rows/leases.
                             let mut i = from + c;
-                            while Instant::now() < stop {
+                            while Instant::now() < stop && i < end {
                                 bench.call(side, i).await;
                                 done.fetch_add(1, Ordering::Relaxed);
                                 i += CALLERS;
@@ -351,7 +445,7 @@ fn main() {
 
         println!();
         println!(
-            "{:<40} {:>10} {:>10} {:>10} {:>14}",
+            "{:<44} {:>10} {:>10} {:>10} {:>14}",
             "side", "median ms", "p90 ms", "p99 ms", "calls/s (x8)"
         );
         let mut medians = vec![Duration::ZERO; sides.len()];
@@ -362,7 +456,7 @@ fn main() {
             medians[s] = percentile(&sorted, 0.5);
             rates[s] = counts[s] as f64 / spent[s].as_secs_f64();
             println!(
-                "{:<40} {:>10.3} {:>10.3} {:>10.3} {:>14.0}",
+                "{:<44} {:>10.3} {:>10.3} {:>10.3} {:>14.0}",
                 side.label(),
                 ms(medians[s]),
                 ms(percentile(&sorted, 0.9)),
@@ -374,22 +468,23 @@ fn main() {
         let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
         let index = |side: Side| sides.iter().position(|s| *s == side).unwrap();
         let (floor_median, floor_rate) = (medians[0].as_secs_f64(), rates[0]);
-        for driver in [PostgresDriver::Deadpool, PostgresDriver::Sqlx09] {
-            let renewal = index(Side::Lease(driver, Call::Renewal));
+        for which in Storage::ALL {
+            let driver = which.label();
+            let renewal = index(Side::Lease(which, Call::Renewal));
             let latency_ratio = medians[renewal].as_secs_f64() / floor_median;
             let rate_ratio = rates[renewal] / floor_rate;
             println!(
-                "{driver:<9} renewal median / floor median     = {latency_ratio:.2}x  (target <= 1.30x: {})",
+                "{driver:<17} renewal median / floor median     = {latency_ratio:.2}x  (target <= 1.30x: {})",
                 verdict(latency_ratio <= 1.3)
             );
             println!(
-                "{driver:<9} renewal throughput / floor's      = {rate_ratio:.2}x  (target >= 0.80x: {})",
+                "{driver:<17} renewal throughput / floor's      = {rate_ratio:.2}x  (target >= 0.80x: {})",
                 verdict(rate_ratio >= 0.8)
             );
             for call in [Call::RenewalWithStandbys, Call::StandbyRequest, Call::Takeover] {
-                let s = index(Side::Lease(driver, call));
+                let s = index(Side::Lease(which, call));
                 println!(
-                    "{driver:<9} {:<32} = {:.2}x latency, {:.2}x throughput (no target)",
+                    "{driver:<17} {:<32} = {:.2}x latency, {:.2}x throughput (no target)",
                     call.label(),
                     medians[s].as_secs_f64() / floor_median,
                     rates[s] / floor_rate
@@ -397,12 +492,13 @@ fn main() {
             }
         }
         println!(
-            "sqlx floor / floor                         = {:.2}x latency, {:.2}x throughput (the driver alone)",
+            "sqlx floor / floor                                 = {:.2}x latency, {:.2}x throughput (the driver alone)",
             medians[1].as_secs_f64() / floor_median,
             rates[1] / floor_rate
         );
         bench.deadpool.close().await.unwrap();
         bench.sqlx.close().await.unwrap();
+        bench.sqlx_own.close().await.unwrap();
         bench.sqlx_pool.close().await;
     });
     drop(guard);
