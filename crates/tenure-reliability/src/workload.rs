@@ -235,8 +235,9 @@ struct Worker {
     /// The storage itself, for the fenced bookmarks; `None` when it lacks events or fenced
     /// bookmarks.
     bookmarks: Option<Arc<dyn EventStorage>>,
-    /// The position this worker's last bookmark pointed at: what a zombie writes again.
-    last_position: Option<EventPosition>,
+    /// The position this worker's last bookmark pointed at, and the tenure that wrote it:
+    /// what a zombie of that tenure writes again.
+    last_position: Option<(FencingToken, EventPosition)>,
     stop: Arc<AtomicBool>,
     pauses: Arc<AtomicU64>,
     releases: Arc<AtomicU64>,
@@ -284,13 +285,18 @@ impl Worker {
         let Some(position) = stored.first().map(|e| e.position) else {
             return;
         };
-        self.last_position = Some(position);
+        self.last_position = Some((token, position));
         self.bookmark(&*storage, token, position).await;
     }
 
-    /// As a zombie: the bookmark it last wrote, written again with its old token.
+    /// As a zombie: the bookmark it last wrote in this tenure, written again with its old
+    /// token. A position written in an earlier tenure of this worker is not written again:
+    /// under the newer token it would be a leader moving its bookmark back on purpose (what
+    /// no processor does: it resumes from the bookmark), not a zombie's late write.
     async fn bookmark_again(&self, token: FencingToken) {
-        if let (Some(storage), Some(position)) = (&self.bookmarks, self.last_position) {
+        if let (Some(storage), Some((written_by, position))) = (&self.bookmarks, self.last_position)
+            && written_by == token
+        {
             self.bookmark(&**storage, token, position).await;
         }
     }
