@@ -128,7 +128,7 @@ impl Campaign {
                         }
                     }
                 }
-                () = sleep_until(next_request) => {}
+                () = sleep_until_due(next_request) => {}
                 wakes = wake::next(&mut self.changes, self.config.lease_name()),
                     if Instant::now() >= stand_aside_until =>
                 {
@@ -461,6 +461,16 @@ fn next_tick(scheduled: Instant, poll_interval: std::time::Duration, sent_at: In
         sent_at + poll_interval
     } else {
         next
+    }
+}
+
+/// Sleeps until `at`, or not at all once it has come: tokio rounds a timer's deadline up to
+/// its next millisecond tick, which would delay every request due *now* (an elector's first,
+/// the one after a foreign tenure ended) by up to a millisecond, the whole cost of a planned
+/// handover in memory.
+async fn sleep_until_due(at: Instant) {
+    if Instant::now() < at {
+        sleep_until(at).await;
     }
 }
 
