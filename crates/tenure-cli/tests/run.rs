@@ -26,20 +26,20 @@ struct Scene {
 }
 
 impl Scene {
-    fn new() -> Option<Scene> {
+    fn new() -> Scene {
         let server = match server() {
             Ok(server) => server,
             Err(message) => panic!("{message}"),
         };
         let prefix = unique_prefix();
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("tenure_run")));
-        Some(Scene {
+        Scene {
             url: server.url.clone(),
             lease: unique_name("job"),
             _tables: PrefixGuard::new(server.url.clone(), prefix.clone()),
             prefix,
             log,
-        })
+        }
     }
 
     /// Starts `tenure run` as `name`, with a child that appends
@@ -47,21 +47,18 @@ impl Scene {
     /// is the pid inside the command's PID namespace), runs `body`, then appends
     /// `end <name> <unix nanos>`, and exits with `body`'s code.
     fn run(&self, name: &str, priority: i64, body: &str) -> Child {
+        self.run_with_ttl(name, priority, "1s", body)
+    }
+
+    /// As [`Scene::run`], with a ttl of `ttl` (as `--ttl` takes it).
+    fn run_with_ttl(&self, name: &str, priority: i64, ttl: &str, body: &str) -> Child {
         let script = format!(
             "read -r pid rest < /proc/self/stat; \
              echo \"start {name} $pid $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
              code=$?; echo \"end {name} $(date +%s%N)\" >> \"$1\"; exit $code"
         );
         Command::new(env!("CARGO_BIN_EXE_tenure"))
-            .args([
-                "run",
-                "--lease",
-                &self.lease,
-                "--owner",
-                name,
-                "--ttl",
-                "1s",
-            ])
+            .args(["run", "--lease", &self.lease, "--owner", name, "--ttl", ttl])
             .args([
                 "--priority",
                 &priority.to_string(),
@@ -174,7 +171,7 @@ fn assert_one_at_a_time(lines: &[Line]) {
 
 #[test]
 fn two_contenders_run_their_commands_one_after_the_other() {
-    let Some(scene) = Scene::new() else { return };
+    let scene = Scene::new();
     let mut a = scene.run("a", 0, "sleep 1; (exit 3)");
     let mut b = scene.run("b", 0, "sleep 1");
     let codes = [
@@ -198,7 +195,7 @@ fn two_contenders_run_their_commands_one_after_the_other() {
 
 #[test]
 fn when_the_leader_is_killed_the_standby_takes_over_within_ttl_and_a_poll() {
-    let Some(scene) = Scene::new() else { return };
+    let scene = Scene::new();
     let mut first = scene.run("a", 0, "sleep 60");
     let started = scene.wait_for_starts(1, Duration::from_secs(10));
     let mut second = scene.run("b", 0, "sleep 60");
@@ -242,7 +239,7 @@ fn when_the_leader_is_killed_the_standby_takes_over_within_ttl_and_a_poll() {
 
 #[test]
 fn a_higher_priority_contender_makes_the_leader_stop_its_command_and_hand_over() {
-    let Some(scene) = Scene::new() else { return };
+    let scene = Scene::new();
     let mut low = scene.run("low", 0, "sleep 60");
     scene.wait_for_starts(1, Duration::from_secs(10));
     let mut high = scene.run("high", 10, "sleep 0.2");
@@ -256,4 +253,37 @@ fn a_higher_priority_contender_makes_the_leader_stop_its_command_and_hand_over()
     let names: Vec<_> = lines.iter().map(|l| (l.start, l.name.as_str())).collect();
     assert_eq!(names, [(true, "low"), (true, "high"), (false, "high")]);
     assert!(!alive(lines[0].pid), "the low-priority child was stopped");
+}
+
+#[test]
+fn a_leader_stopped_by_sigterm_hands_over_without_waiting_for_the_standbys_poll() {
+    // ttl 60 s: the standby polls every 20 s, far beyond the 5 s allowed here, so only the
+    // storage's wake-up (LISTEN/NOTIFY on the release) can start its command in time.
+    let scene = Scene::new();
+    let mut a = scene.run_with_ttl("a", 0, "60s", "sleep 60");
+    scene.wait_for_starts(1, Duration::from_secs(10));
+    let mut b = scene.run_with_ttl("b", 0, "60s", "sleep 0.2");
+    // b's first request (at its start) registers it, and it stands by.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(scene.lines().len(), 1, "only one child runs");
+
+    let stopped_at = now_nanos();
+    kill(
+        Pid::from_raw(i32::try_from(a.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let lines = scene.wait_for_starts(2, Duration::from_secs(5));
+    let took_over = Duration::from_nanos(u64::try_from(lines[1].at_nanos - stopped_at).unwrap());
+    println!("the standby's child started {took_over:?} after SIGTERM to the leader");
+    assert_eq!((lines[0].name.as_str(), lines[1].name.as_str()), ("a", "b"));
+    assert_eq!(lines[1].token, 2);
+    assert_eq!(
+        wait_with_limit(&mut a, Duration::from_secs(10)).code(),
+        Some(143)
+    );
+    assert_eq!(
+        wait_with_limit(&mut b, Duration::from_secs(10)).code(),
+        Some(0)
+    );
 }
