@@ -26,6 +26,7 @@ const STORY: &[&str] = &[
     "replica-c reads the bookmark: resumes after order",
     "replica-c dispatched order",
     "(token 2)",
+    "-> replica-c took over",
     "Chapter 3: a crash",
     "replica-a standing by (leader replica-c, token 2)",
     "replica-c dispatched order",

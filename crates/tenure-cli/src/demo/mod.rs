@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use tenure_election::LeadershipState;
-use tenure_ports::EventStorage;
+use tenure_ports::{Capability, EventStorage};
 use tokio::time::{sleep, timeout};
 
 pub use narrator::{NarrationLayer, Narrator};
 use orders::{Downstream, Shop};
 use replica::{Replica, Setup};
-use summary::{Expected, secs, summary};
+use summary::{Expected, secs, short, summary};
 
 use crate::duration::human;
 
@@ -111,18 +111,26 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         "a planned handover",
         &[
             "replica-c starts with priority 10 (replica-a has 0). Its request registers it as a",
-            "contender, and replica-a's next renewal is answered \"step down requested\":",
-            "replica-a finishes its batch, bookmarks it, and releases; replica-c takes the lease",
-            "at its next request and resumes after that bookmark. replica-a stands aside for",
-            "one ttl, then stands by.",
+            "contender; the storage tells replica-a at once, and replica-a's renewal is answered",
+            "\"step down requested\": it finishes its batch, bookmarks it, and releases. The",
+            "release wakes replica-c, which takes the lease and resumes after that bookmark.",
+            "replica-a stands aside for one ttl, then stands by. (On a storage that cannot tell",
+            "its electors of changes, each step waits for the next request: a poll interval.)",
         ],
     );
     // replica-a renewed just now. Half a poll interval later, replica-c's requests fall
     // between replica-a's: the release that answers a step-down then always comes before
     // replica-c's next request, never racing it.
     sleep(poll / 2).await;
+    let c_started = Instant::now();
     let c = Replica::start(&setup, "replica-c", 10)?;
-    within(patience, "replica-c to be elected", c.leads()).await??;
+    within(patience, "replica-c to be elected", c.elected()).await??;
+    let took = c_started.elapsed();
+    within(patience, "replica-c's first batch", c.leads()).await??;
+    n.text(&format!(
+        "  -> replica-c took over {} after it started, replica-a's last batch and bookmark included.\n",
+        short(took)
+    ));
 
     // Chapter 3.
     n.chapter(
@@ -172,17 +180,23 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         "a graceful release",
         &[
             "replica-b starts and stands by. replica-a shuts down gracefully: it stops between",
-            "batches and releases the lease on its way out, so replica-b acquires it at its very",
-            "next request instead of waiting out a ttl. (The demo shuts replica-a down just",
-            "before replica-b's next request; in general a release is taken up at most one poll",
-            "interval later.)",
+            "batches and releases the lease on its way out; the storage tells replica-b at once,",
+            "so it acquires the lease within milliseconds instead of waiting out a ttl. (On a",
+            "storage that cannot tell, at replica-b's next request: at most a poll interval.)",
         ],
     );
     let mut b = Replica::start(&setup, "replica-b", 0)?;
     within(patience, "replica-b to stand by", b.wait_for(is_standby)).await??;
-    // replica-b asked just now, and asks again exactly one poll interval later.
-    let next_request = tokio::time::Instant::now() + poll;
-    tokio::time::sleep_until(next_request - (poll / 10).min(Duration::from_millis(50))).await;
+    if !options
+        .storage
+        .capabilities()
+        .contains(Capability::LeaseChanges)
+    {
+        // Without wake-ups, the release is taken up at replica-b's next request: it asked
+        // just now, and asks again exactly one poll interval later.
+        let next_request = tokio::time::Instant::now() + poll;
+        tokio::time::sleep_until(next_request - (poll / 10).min(Duration::from_millis(50))).await;
+    }
     n.say("replica-a", "shuts down gracefully");
     let released_at = Instant::now();
     within(patience, "replica-a to shut down", a.shut_down()).await??;
@@ -191,7 +205,7 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
     within(patience, "replica-b's first batch", b.leads()).await??;
     n.text(&format!(
         "  -> replica-b took over {} after the release; a crash costs a whole ttl ({}).\n",
-        secs(took),
+        short(took),
         human(ttl)
     ));
 

@@ -247,6 +247,16 @@ pub fn secs(duration: Duration) -> String {
     format!("{:.3}s", duration.as_secs_f64())
 }
 
+/// A handover's duration: in milliseconds below a second (as a wake-up makes it), else as
+/// [`secs`].
+pub fn short(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+    } else {
+        secs(duration)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
