@@ -2,7 +2,8 @@
 //! test (issue 14): `require` fails on a server without TLS and `disable` works there; once
 //! the server has TLS, `verify-full` with the CA connects (over TLS, as the server reports),
 //! a wrong CA and a wrong host name fail with TLS errors, `verify-ca` accepts any host name;
-//! the test helpers' own connections follow the same settings.
+//! the test helpers' own connections follow the same settings, and so does the listener of the
+//! wake-ups (issue 15), whose notifications arrive over TLS.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tenure_pg_test::cluster::Cluster;
 use tenure_pg_test::tls::TestCa;
-use tenure_ports::EventStorage;
+use tenure_ports::{EventStorage, LeaseChange, LeaseChangeKind, LeaseName, LeaseRequest};
 use tenure_postgres::{BuildError, PostgresDriver, PostgresEventStorage, SchemaMode};
 
 /// The error and all its sources, in one line.
@@ -65,8 +66,13 @@ async fn fails_with(driver: PostgresDriver, url: &str, words: &[&str]) -> String
     err
 }
 
-/// Whether the server reports TLS on a connection of `application_name = tenure`.
+/// Whether the server reports TLS on every connection of `application_name = tenure`.
 async fn server_saw_tls(port: u16) -> bool {
+    server_saw_tls_on(port, "tenure").await
+}
+
+/// Whether the server reports TLS on every connection of `application_name` (and has one).
+async fn server_saw_tls_on(port: u16, application_name: &str) -> bool {
     let admin = tenure_pg_test::connect(&format!(
         "postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable"
     ))
@@ -75,8 +81,8 @@ async fn server_saw_tls(port: u16) -> bool {
     admin
         .query_one(
             "SELECT coalesce(bool_and(s.ssl), false) FROM pg_stat_ssl s \
-             JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'tenure'",
-            &[],
+             JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1",
+            &[&application_name],
         )
         .await
         .unwrap()
@@ -147,6 +153,31 @@ async fn sslmodes_mean_what_they_mean_in_libpq_on_both_drivers() {
         assert!(
             server_saw_tls(port).await,
             "{driver}: the server saw no TLS"
+        );
+        // The listener connects as the storage does, and its notifications arrive.
+        assert!(
+            server_saw_tls_on(port, "tenure-listener").await,
+            "{driver}: the listener is not over TLS"
+        );
+        let mut changes = storage.lease_changes().unwrap();
+        let lease = format!("tls-{driver}");
+        storage
+            .request_lease(&LeaseRequest::new(
+                lease.as_str(),
+                "a",
+                0,
+                Duration::from_secs(300),
+            ))
+            .await
+            .unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
+        assert_eq!(
+            heard,
+            Ok(Some(LeaseChange::Changed {
+                lease_name: LeaseName::new(lease.as_str()).unwrap(),
+                kind: LeaseChangeKind::Acquired,
+            })),
+            "{driver}: no notification over TLS"
         );
         storage.close().await.unwrap();
         // Key/value strings too.

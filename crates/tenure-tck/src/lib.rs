@@ -42,9 +42,9 @@
 //! ```text
 //! test lease_first_acquisition ... ignored (skipped: the storage lacks the `lease` capability)
 //! …
-//! test result: ok. 0 passed; 0 failed; 35 ignored; 0 measured; 0 filtered out; finished in 0.01s
+//! test result: ok. 0 passed; 0 failed; 44 ignored; 0 measured; 0 filtered out; finished in 0.01s
 //!
-//! tck mine: 0 passed, 0 failed, 35 skipped
+//! tck mine: 0 passed, 0 failed, 44 skipped
 //! ```
 //!
 //! A backend whose clock can be moved hands the kit a handle on it with
