@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use tenure_ports::EventStorage;
 use tenure_postgres::SchemaMode;
 
-use crate::backend::{Target, open_postgres_once};
+use crate::backend::{Target, open_postgres_without_wake_ups};
 
 /// Prints the DDL of the lease tables for `prefix`.
 pub fn ddl(prefix: &str) -> anyhow::Result<()> {
@@ -17,7 +17,7 @@ pub fn ddl(prefix: &str) -> anyhow::Result<()> {
 
 /// Applies `mode` (ensure or validate) to the lease tables, and says so.
 pub async fn schema(target: &Target, prefix: &str, mode: SchemaMode) -> anyhow::Result<()> {
-    let storage = open_postgres_once(target, prefix, mode, 1).await?;
+    let storage = open_postgres_without_wake_ups(target, prefix, mode, 1).await?;
     let _ = storage.close().await;
     let done = match mode {
         SchemaMode::Ensure => "are in place",

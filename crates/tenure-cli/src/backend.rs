@@ -81,9 +81,11 @@ pub async fn open_postgres(
     build_postgres(postgres_builder(target, prefix, mode, pool_size), target).await
 }
 
-/// [`open_postgres`] for a command that looks once and leaves (`leases`, `schema`): no
-/// listening connection for wake-ups that nobody waits for.
-pub async fn open_postgres_once(
+/// [`open_postgres`] without the listening connection of the wake-ups: for a command that
+/// looks once and leaves (`leases`, `schema`), where nobody waits for a wake-up, and for
+/// `tenure run --no-notifications` (behind a PgBouncer in transaction pooling mode, where
+/// `LISTEN` silently does nothing).
+pub async fn open_postgres_without_wake_ups(
     target: &Target,
     prefix: &str,
     mode: SchemaMode,

@@ -16,7 +16,7 @@ use tenure_ports::{Contender, EventStorage, Lease, LeaseSnapshot, Timestamp};
 use tenure_postgres::{PostgresEventStorage, SchemaMode};
 
 use crate::admin::write_stdout;
-use crate::backend::{Target, open_postgres_once};
+use crate::backend::{Target, open_postgres_without_wake_ups};
 use crate::duration::human;
 
 /// What `tenure leases` was asked for.
@@ -33,7 +33,9 @@ pub async fn leases(options: LeasesOptions) -> anyhow::Result<()> {
     // Reads only: `Validate` would demand the write privileges a lease caller needs, and refuse
     // the read-only role a monitoring job runs as. A missing object or privilege is still
     // named, by the first read that needs it.
-    let storage = open_postgres_once(&options.target, &options.prefix, SchemaMode::None, 2).await?;
+    let storage =
+        open_postgres_without_wake_ups(&options.target, &options.prefix, SchemaMode::None, 2)
+            .await?;
     let target = options.target.shown.clone();
     let outcome = match options.watch {
         None => match read(&storage).await {

@@ -38,7 +38,7 @@ use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::backend::open_postgres;
+use crate::backend::{open_postgres, open_postgres_without_wake_ups};
 use crate::duration::{human, parse_duration};
 use crate::guard::{Contain, to_monotonic};
 use crate::{DbArgs, parse_schema_mode, say, tree};
@@ -94,6 +94,11 @@ pub struct RunArgs {
     /// What to do to the lease tables first: ensure (create if missing), validate, or none.
     #[arg(long, default_value = "ensure", value_parser = parse_schema_mode)]
     schema: SchemaMode,
+    /// Do not listen for lease changes: a release or a step-down request is then taken up at
+    /// the next poll instead of at once. For a server behind a PgBouncer in transaction
+    /// pooling mode, where `LISTEN` silently does nothing.
+    #[arg(long)]
+    no_notifications: bool,
     /// Serve the election's metrics as Prometheus text on this address (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<std::net::SocketAddr>,
@@ -157,7 +162,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let mut signals = Signals::new()?;
     let target = crate::backend::target(args.db.database_url.as_deref())?;
-    let storage = open_postgres(&target, &args.db.prefix, args.schema, 2).await?;
+    let storage = if args.no_notifications {
+        open_postgres_without_wake_ups(&target, &args.db.prefix, args.schema, 2).await?
+    } else {
+        open_postgres(&target, &args.db.prefix, args.schema, 2).await?
+    };
     let (storage, mut permanent) = crate::permanent::watch(storage);
     let elector = LeaderElector::start_validated(Arc::new(storage), config.clone())?;
     say(format_args!(

@@ -52,6 +52,15 @@ impl Scene {
 
     /// As [`Scene::run`], with a ttl of `ttl` (as `--ttl` takes it).
     fn run_with_ttl(&self, name: &str, priority: i64, ttl: &str, body: &str) -> Child {
+        self.spawn(name, priority, ttl, &[], body)
+    }
+
+    /// As [`Scene::run_with_ttl`], with `--no-notifications`: polling only.
+    fn run_polling(&self, name: &str, priority: i64, ttl: &str, body: &str) -> Child {
+        self.spawn(name, priority, ttl, &["--no-notifications"], body)
+    }
+
+    fn spawn(&self, name: &str, priority: i64, ttl: &str, options: &[&str], body: &str) -> Child {
         let script = format!(
             "read -r pid rest < /proc/self/stat; \
              echo \"start {name} $pid $TENURE_FENCING_TOKEN $(date +%s%N)\" >> \"$1\"; {body}; \
@@ -59,6 +68,7 @@ impl Scene {
         );
         Command::new(env!("CARGO_BIN_EXE_tenure"))
             .args(["run", "--lease", &self.lease, "--owner", name, "--ttl", ttl])
+            .args(options)
             .args([
                 "--priority",
                 &priority.to_string(),
@@ -286,4 +296,54 @@ fn a_leader_stopped_by_sigterm_hands_over_without_waiting_for_the_standbys_poll(
         wait_with_limit(&mut b, Duration::from_secs(10)).code(),
         Some(0)
     );
+}
+
+#[test]
+fn with_no_notifications_a_release_waits_for_the_standbys_poll() {
+    // The negative control of the test above: the same handover, the standby polling only,
+    // is not taken up within 3 s (its next poll is up to 20 s away).
+    let scene = Scene::new();
+    let mut a = scene.run_with_ttl("a", 0, "60s", "sleep 60");
+    scene.wait_for_starts(1, Duration::from_secs(10));
+    let mut b = scene.run_polling("b", 0, "60s", "sleep 0.2");
+    std::thread::sleep(Duration::from_secs(1));
+    kill(
+        Pid::from_raw(i32::try_from(a.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(
+        wait_with_limit(&mut a, Duration::from_secs(10)).code(),
+        Some(143)
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        scene.lines().len(),
+        1,
+        "the polling standby started at once"
+    );
+    kill(
+        Pid::from_raw(i32::try_from(b.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = wait_with_limit(&mut b, Duration::from_secs(10));
+}
+
+#[test]
+fn with_no_notifications_handovers_happen_by_polling() {
+    let scene = Scene::new();
+    let mut a = scene.run_polling("a", 0, "1s", "sleep 1");
+    let mut b = scene.run_polling("b", 0, "1s", "sleep 0.2");
+    assert_eq!(
+        wait_with_limit(&mut a, Duration::from_secs(15)).code(),
+        Some(0)
+    );
+    assert_eq!(
+        wait_with_limit(&mut b, Duration::from_secs(15)).code(),
+        Some(0)
+    );
+    let lines = scene.lines();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_one_at_a_time(&lines);
 }
