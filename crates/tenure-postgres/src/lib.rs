@@ -59,7 +59,7 @@
 //! | feature | driver | accepts | from |
 //! |---|---|---|---|
 //! | `deadpool` (default) | tokio-postgres 0.7 | a `deadpool_postgres::Pool` of deadpool-postgres 0.14 | [`url`](PostgresEventStorageBuilder::url) (libpq key/value strings too) or [`pool`](PostgresEventStorageBuilder::pool) |
-//! | `sqlx-0_9` | sqlx 0.9 (`postgres`, `runtime-tokio`, `json`; with `tls`, `tls-rustls-ring-native-roots`) | a `sqlx::PgPool` of sqlx 0.9 | [`url`](PostgresEventStorageBuilder::url) with [`driver`](PostgresEventStorageBuilder::driver)`(`[`PostgresDriver::Sqlx09`]`)`, or [`pool`](PostgresEventStorageBuilder::pool) |
+//! | `sqlx-0_9` | sqlx 0.9 (`postgres`, `runtime-tokio`, `json`; with `tls`, `tls-rustls-ring-native-roots`) | a `sqlx::PgPool` of sqlx 0.9 | [`url`](PostgresEventStorageBuilder::url) with [`driver`](PostgresEventStorageBuilder::driver)`(PostgresDriver::Sqlx09)`, or [`pool`](PostgresEventStorageBuilder::pool) |
 //! | `tls` (default) | rustls with `ring` (no OpenSSL, no cmake), the system's roots | - | `sslmode` (`disable` to `verify-full`) and `sslrootcert` with libpq's meaning, on both drivers (`docs/postgres.md`, "Connecting") |
 //!
 //! A connection string is read by [`tenure_conninfo`] (re-exported): a URL or a key/value
