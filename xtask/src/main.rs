@@ -23,6 +23,8 @@
 //! * `cargo xtask bench events`: append and read throughput on memory and PostgreSQL.
 //! * `cargo xtask bench handover`: graceful and planned handover times on memory and
 //!   PostgreSQL, with etcd's election as the anchor when it is installed.
+//! * `cargo xtask bench scale`: the largest number of leases (× 3 contenders, a request a
+//!   second each) one PostgreSQL storage sustains, against the single-UPDATE floor.
 //!
 //! Where the PostgreSQL tests find their server is decided in [`postgres`]; `docs/testing.md`
 //! tells it for contributors. It depends on nothing but std, so that it builds in seconds.
@@ -100,6 +102,7 @@ commands:
   bench file              the file backend's appends against raw write + fsync, and reopening
   bench events            event appends and reads, memory and PostgreSQL, against plain SQL
   bench handover          graceful and planned handover times, memory and PostgreSQL, against etcd
+  bench scale             how many leases x 3 contenders one PostgreSQL storage sustains
 ";
 
 fn main() -> ExitCode {
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         ["bench", "metrics"] => bench_metrics(),
         ["bench", "file"] => cargo::run(&["bench", "-p", "tenure-file", "--bench", "append"]),
         ["bench", "events"] => cargo::run(&["bench", "-p", "tenure-postgres", "--bench", "events"]),
+        ["bench", "scale"] => cargo::run(&["bench", "-p", "tenure-postgres", "--bench", "scale"]),
         ["bench", "handover"] => {
             cargo::run(&["bench", "-p", "tenure-reliability", "--bench", "handover"])
         }

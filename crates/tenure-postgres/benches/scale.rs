@@ -1,0 +1,334 @@
+//! How many leases one storage sustains: N leases × 3 contenders on one PostgreSQL.
+//!
+//! `cargo bench -p tenure-postgres --bench scale` (or `cargo xtask bench scale`) finds its
+//! server as the tests do and, in one run:
+//!
+//! * **floor**: single-row `UPDATE`s (prepared, autocommit) by 8 callers in a closed loop
+//!   through a deadpool pool of 8, for 5 s, at the start and again at the end: the server's
+//!   capacity for the simplest write, the anchor of the ratio;
+//! * **ramp**: for N = 250, 500, 1,000, 2,000, … leases, one `PostgresEventStorage` (pool of 8,
+//!   the default settings otherwise) and 3 contenders per lease (one leads, two stand by: the
+//!   shape of a three-replica deployment), all starting at once (within one second, each at
+//!   its own phase, as processes of one deploy do; on one tick, 3N calls would arrive in the
+//!   same millisecond, which no deployment does and which measures only the queue); each
+//!   contender calls
+//!   `request_lease` once a second (ttl 3 s) inside `timeout(0.5 s)`, as `LeaderElector` does
+//!   with its default poll of ttl/3 and its call bound of half a poll. After 3 s (one ttl) of
+//!   warm-up, 10 s are measured: N is **sustained** when at least 99 % of the calls wanted in
+//!   that window answered in time and their p99 is at most 100 ms. N doubles until a step is
+//!   not sustained, then two steps of bisection between the last sustained and the first not
+//!   (to the nearest 250).
+//!
+//! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
+//! the server sessions opened (`pg_stat_database.sessions`); then the largest N sustained, its
+//! lease calls/s, and their ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own
+//! prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tenure_pg_test::PrefixGuard;
+use tenure_ports::{EventStorage, LeaseRequest};
+use tenure_postgres::{PostgresEventStorage, deadpool_postgres};
+
+const CONTENDERS: usize = 3;
+const TTL: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_secs(1);
+const CALL_BOUND: Duration = Duration::from_millis(500);
+const WARM_UP: Duration = Duration::from_secs(3);
+const WINDOW: Duration = Duration::from_secs(10);
+const FLOOR_ROWS: i32 = 1000;
+const FLOOR_CALLERS: i32 = 8;
+
+/// What the contenders of one step saw in the measured window.
+#[derive(Default)]
+struct Window {
+    answered: Vec<Duration>,
+    timeouts: u64,
+    errors: u64,
+}
+
+struct Step {
+    leases: usize,
+    wanted_per_s: f64,
+    answered_per_s: f64,
+    p50: Duration,
+    p99: Duration,
+    timeouts: u64,
+    errors: u64,
+    sessions: i64,
+}
+
+impl Step {
+    fn sustained(&self) -> bool {
+        self.answered_per_s >= 0.99 * self.wanted_per_s && self.p99 <= Duration::from_millis(100)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::MAX;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    if d == Duration::MAX {
+        "-".to_owned()
+    } else {
+        format!("{:.1}", d.as_secs_f64() * 1000.0)
+    }
+}
+
+async fn sessions(admin: &tokio_postgres::Client) -> i64 {
+    admin
+        .query_one(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `VACUUM ANALYZE` of each table, one statement each (VACUUM runs outside transactions).
+async fn vacuum(admin: &tokio_postgres::Client, tables: &[&str]) {
+    for table in tables {
+        admin
+            .batch_execute(&format!("VACUUM ANALYZE {table}"))
+            .await
+            .unwrap();
+    }
+}
+
+/// UPDATEs/s of `FLOOR_CALLERS` closed-loop callers for 5 s.
+async fn floor(pool: &deadpool_postgres::Pool, update: &str) -> f64 {
+    let stop = Instant::now() + Duration::from_secs(5);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..FLOOR_CALLERS)
+        .map(|c| {
+            let (pool, update) = (pool.clone(), update.to_owned());
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                let mut id = c;
+                while Instant::now() < stop {
+                    let client = pool.get().await.unwrap();
+                    let statement = client.prepare_cached(&update).await.unwrap();
+                    client.execute(&statement, &[&id]).await.unwrap();
+                    done += 1;
+                    id = (id + FLOOR_CALLERS) % FLOOR_ROWS;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for task in tasks {
+        done += task.await.unwrap();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// One contender: a request a second, from `start`, until `end`; what fell in the window.
+async fn contend(
+    storage: Arc<PostgresEventStorage>,
+    request: LeaseRequest,
+    start: tokio::time::Instant,
+    end: tokio::time::Instant,
+    window: Arc<Mutex<Window>>,
+) {
+    // The window is the same for every contender: from one ttl after the first start.
+    let measured_from = end - WINDOW;
+    let mut next = start;
+    let mut seen = Window::default();
+    while next < end {
+        tokio::time::sleep_until(next).await;
+        let sent = tokio::time::Instant::now();
+        let outcome = tokio::time::timeout(CALL_BOUND, storage.request_lease(&request)).await;
+        if sent >= measured_from {
+            match outcome {
+                Ok(Ok(_)) => seen.answered.push(sent.elapsed()),
+                Ok(Err(_)) => seen.errors += 1,
+                Err(_) => seen.timeouts += 1,
+            }
+        }
+        next += POLL;
+    }
+    let mut window = window.lock().unwrap();
+    window.answered.extend(seen.answered);
+    window.timeouts += seen.timeouts;
+    window.errors += seen.errors;
+}
+
+async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
+    let storage = Arc::new(
+        PostgresEventStorage::builder()
+            .url(url)
+            .prefix(prefix)
+            .pool_size(8)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let before = sessions(admin).await;
+    let window = Arc::new(Mutex::new(Window::default()));
+    let at = tokio::time::Instant::now() + Duration::from_millis(100);
+    let end = at + WARM_UP + WINDOW;
+    // A fixed sequence of phases (a Weyl sequence over the poll interval): reproducible.
+    let phase = |n: usize| POLL.mul_f64((n as f64 * 0.618_033_988_75).fract());
+    let tasks: Vec<_> = (0..leases)
+        .flat_map(|lease| (0..CONTENDERS).map(move |c| (lease, c)))
+        .map(|(lease, c)| {
+            let start = at + phase(lease * CONTENDERS + c);
+            let request =
+                LeaseRequest::new(format!("scale-{leases}-{lease}"), format!("c{c}"), 0, TTL);
+            tokio::spawn(contend(
+                Arc::clone(&storage),
+                request,
+                start,
+                end,
+                Arc::clone(&window),
+            ))
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let opened = sessions(admin).await - before;
+    storage.close().await.unwrap();
+    let mut window = std::mem::take(&mut *window.lock().unwrap());
+    window.answered.sort_unstable();
+    let wanted = (leases * CONTENDERS) as f64 * (WINDOW.as_secs_f64() / POLL.as_secs_f64());
+    Step {
+        leases,
+        wanted_per_s: wanted / WINDOW.as_secs_f64(),
+        answered_per_s: window.answered.len() as f64 / WINDOW.as_secs_f64(),
+        p50: percentile(&window.answered, 0.5),
+        p99: percentile(&window.answered, 0.99),
+        timeouts: window.timeouts,
+        errors: window.errors,
+        sessions: opened,
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = tenure_pg_test::required_server();
+    let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
+    let prefix = guard.prefix().to_owned();
+    let max_leases: usize = std::env::var("TENURE_BENCH_MAX_LEASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16_000);
+    runtime.block_on(async {
+        let admin = server.connect().await.unwrap();
+        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
+        let (config, tls) =
+            tenure_postgres::tokio_postgres_config(&info, Duration::from_secs(10)).unwrap();
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(FLOOR_CALLERS as usize)
+            .build()
+            .unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE {prefix}scale_rows (id integer PRIMARY KEY, v bigint NOT NULL) \
+                   WITH (fillfactor = 50); \
+                 INSERT INTO {prefix}scale_rows SELECT g, 0 FROM generate_series(0, {}) g",
+                FLOOR_ROWS - 1
+            ))
+            .await
+            .unwrap();
+        vacuum(&admin, &[&format!("{prefix}scale_rows")]).await;
+        let update = format!("UPDATE {prefix}scale_rows SET v = v + 1 WHERE id = $1");
+        println!("scale: PostgreSQL at {}", server.redacted_url());
+        let floor_before = floor(&pool, &update).await;
+        println!("floor: {floor_before:.0} single-row UPDATEs/s (8 callers, closed loop)");
+        println!();
+        println!(
+            "{:>7} {:>12} {:>12} {:>8} {:>8} {:>9} {:>7} {:>9}  verdict",
+            "leases", "wanted/s", "answered/s", "p50 ms", "p99 ms", "timeouts", "errors", "sessions"
+        );
+        let mut best: Option<Step> = None;
+        let (mut leases, mut failed_at, mut refinements) = (250, None::<usize>, 0);
+        while leases <= max_leases {
+            let s = step(&server.url, &prefix, leases, &admin).await;
+            let verdict = if s.sustained() { "sustained" } else { "NOT sustained" };
+            println!(
+                "{:>7} {:>12.0} {:>12.0} {:>8} {:>8} {:>9} {:>7} {:>9}  {verdict}",
+                s.leases,
+                s.wanted_per_s,
+                s.answered_per_s,
+                ms(s.p50),
+                ms(s.p99),
+                s.timeouts,
+                s.errors,
+                s.sessions
+            );
+            // The next step starts on empty tables.
+            admin
+                .batch_execute(&format!(
+                    "DELETE FROM {prefix}lease_contenders; DELETE FROM {prefix}leases"
+                ))
+                .await
+                .unwrap();
+            vacuum(
+                &admin,
+                &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
+            )
+            .await;
+            let sustained_at = best.as_ref().map_or(0, |b| b.leases);
+            if s.sustained() {
+                best = Some(s);
+            } else {
+                failed_at = Some(s.leases);
+            }
+            let sustained_at = best.as_ref().map_or(sustained_at, |b| b.leases);
+            leases = match failed_at {
+                None => leases * 2,
+                Some(failed) => {
+                    refinements += 1;
+                    let mid = (sustained_at + failed) / 2 / 250 * 250;
+                    if refinements > 2 || mid <= sustained_at {
+                        break;
+                    }
+                    mid
+                }
+            };
+        }
+        let floor_after = floor(&pool, &update).await;
+        let floor = (floor_before + floor_after) / 2.0;
+        println!();
+        println!(
+            "floor: {floor_after:.0} UPDATEs/s at the end; {floor:.0} on average, the anchor"
+        );
+        match best {
+            Some(s) => {
+                let ratio = s.answered_per_s / floor;
+                println!(
+                    "largest N sustained: {} leases x {CONTENDERS} contenders, {:.0} lease calls/s, \
+                     p99 {} ms; / floor = {ratio:.2}x (target >= 0.70x: {})",
+                    s.leases,
+                    s.answered_per_s,
+                    ms(s.p99),
+                    if ratio >= 0.7 { "met" } else { "MISSED" }
+                );
+            }
+            None => println!("no N sustained (the first, 250 leases, was not)"),
+        }
+    });
+    drop(guard);
+}
