@@ -15,7 +15,8 @@
 //!   every published crate, and the conformance kit's skips shown as ignored by `cargo test`
 //!   for a third-party adapter (see [`release`]).
 //! * `cargo xtask stress [--minutes N]`: the long reliability run (long model tests, then
-//!   election workloads under faults), with its counts.
+//!   election workloads under faults, then rounds of the bounded fault-class tests), with its
+//!   counts.
 //! * `cargo xtask bench postgres`: the PostgreSQL lease benchmark, with its baseline.
 //! * `cargo xtask bench metrics`: the processor's throughput without and with the `metrics`
 //!   feature (and the Prometheus recorder), in one run.
@@ -386,7 +387,70 @@ fn stress(minutes: &str) -> Result<(), String> {
         "--",
         "--minutes",
         minutes,
-    ])
+    ])?;
+    let rounds = fault_rounds(minutes);
+    for round in 1..=rounds {
+        for (class, package, tests, filter) in FAULT_CLASSES {
+            step(&format!("{class}: round {round} of {rounds}"));
+            let mut args = vec!["test", "--release", "-p", package];
+            for test in *tests {
+                args.extend(["--test", test]);
+            }
+            if let Some(filter) = filter {
+                args.extend(["--", filter]);
+            }
+            cargo::run(&args)?;
+        }
+    }
+    println!("\nstress: every fault class passed {rounds} round(s)");
+    Ok(())
+}
+
+/// The fault classes whose tests are bounded runs with fresh randomness, timing and servers
+/// each time (issue 16): `cargo xtask stress` repeats them, one round per 5 minutes asked for
+/// (at least one). Each: what, the package, its test targets, a test-name filter.
+const FAULT_CLASSES: &[(&str, &str, &[&str], Option<&str>)] = &[
+    (
+        "clock steps (wall clock under libfaketime, a PostgreSQL server's clock)",
+        "tenure-reliability",
+        &["clock_steps", "postgres_clock_steps"],
+        None,
+    ),
+    (
+        "schema changes under load and a rolling upgrade",
+        "tenure-postgres",
+        &["schema_change", "rolling_upgrade"],
+        None,
+    ),
+    (
+        "hostile payloads on PostgreSQL (the kit's event scenarios, both drivers)",
+        "tenure-postgres",
+        &["tck", "tck_sqlx"],
+        Some("events_"),
+    ),
+    (
+        "file recovery: damage, garbage, killed writers, hostile payloads",
+        "tenure-file",
+        &["corruption", "crash", "reopen"],
+        None,
+    ),
+    (
+        "database failover, synchronous and asynchronous",
+        "tenure-reliability",
+        &["failover"],
+        None,
+    ),
+    (
+        "wake-ups under churn",
+        "tenure-reliability",
+        &["postgres_wakeups"],
+        None,
+    ),
+];
+
+/// Rounds of the fault classes for a stress run of `minutes`: one per 5 minutes, at least one.
+fn fault_rounds(minutes: &str) -> u64 {
+    minutes.parse::<u64>().map_or(1, |m| (m / 5).max(1))
 }
 
 fn existing_backends() -> impl Iterator<Item = &'static Backend> {
@@ -423,6 +487,28 @@ fn step(name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stress_repeats_the_fault_classes_once_per_five_minutes() {
+        assert_eq!(fault_rounds("10"), 2);
+        assert_eq!(fault_rounds("4"), 1);
+        assert_eq!(fault_rounds("not a number"), 1);
+    }
+
+    #[test]
+    fn every_fault_class_names_test_targets_that_exist() {
+        let root = cargo::workspace_root();
+        for (class, package, tests, _) in FAULT_CLASSES {
+            for test in *tests {
+                let path = root
+                    .join("crates")
+                    .join(package)
+                    .join("tests")
+                    .join(format!("{test}.rs"));
+                assert!(path.exists(), "{class}: no {}", path.display());
+            }
+        }
+    }
 
     #[test]
     fn options_are_pairs_of_known_names_and_values() {
