@@ -146,6 +146,11 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// in `options.direction`. A reader never sees a position beyond an event that is not yet
     /// visible, so reading on from the last position returned never skips an event. For a log
     /// larger than one batch, use [`EventCursor`].
+    ///
+    /// An event that the backend cannot decode (one written past its validation, by another
+    /// writer) ends a read early: the events before it are returned, and a read that would
+    /// return it first fails with [`EventStorageError::Corrupt`] naming its position, so that
+    /// one such event never hides the ones before it.
     async fn read_events(
         &self,
         query: &EventQuery,

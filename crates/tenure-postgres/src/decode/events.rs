@@ -167,19 +167,51 @@ pub(crate) fn read<R: Row>(
         None
     };
     let mut events = Vec::with_capacity(rows.len());
+    // The first event (in the read's direction) that cannot be decoded, and why.
+    let mut undecodable: Option<(EventPosition, EventStorageError)> = None;
     for row in rows {
-        if get::<Option<i64>>(row, 2, "position")?.is_none() {
+        let Some(at) = get::<Option<i64>>(row, 2, "position")? else {
             continue; // the outer join's row when no event qualifies
+        };
+        match event_at(row, 2) {
+            Ok(event) => events.push(event),
+            Err(error) => {
+                let at = position(at)?;
+                if undecodable
+                    .as_ref()
+                    .is_none_or(|(first, _)| comes_before(direction, at, *first))
+                {
+                    undecodable = Some((at, error));
+                }
+            }
         }
-        events.push(event_at(row, 2)?);
     }
     // The lateral subquery is ordered; the join does not promise to keep that order.
     match direction {
         Direction::Forwards => events.sort_by_key(|e| e.position),
         Direction::Backwards => events.sort_by_key(|e| std::cmp::Reverse(e.position)),
     }
+    // One event that cannot be read does not hide the ones before it: they are returned (a
+    // short read), and the read that starts at it fails, naming it.
+    if let Some((at, error)) = undecodable {
+        events.retain(|e| comes_before(direction, e.position, at));
+        if events.is_empty() {
+            return Err(EventStorageError::corrupt_with(
+                format!("the event at position {at} cannot be read"),
+                error,
+            ));
+        }
+    }
     Ok(ReadRows {
         events,
         hidden_newest,
     })
+}
+
+/// Whether `a` comes before `b` in a read in `direction`.
+fn comes_before(direction: Direction, a: EventPosition, b: EventPosition) -> bool {
+    match direction {
+        Direction::Forwards => a < b,
+        Direction::Backwards => a > b,
+    }
 }
