@@ -311,10 +311,12 @@ impl Worker {
             return;
         };
         let fence = Fence::new(lease_name, token);
-        let placed_at = match storage
+        let invoked = Instant::now();
+        let answer = storage
             .bookmark_fenced(&self.lease_name, position, &[], &fence)
-            .await
-        {
+            .await;
+        let completed = Instant::now();
+        let placed_at = match answer {
             Ok(bookmark) => Some(bookmark.placed_at),
             Err(EventStorageError::Fenced { .. }) => None,
             Err(_) => return,
@@ -324,6 +326,8 @@ impl Worker {
             token,
             position,
             placed_at,
+            invoked,
+            completed,
         });
     }
 }

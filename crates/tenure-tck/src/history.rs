@@ -13,9 +13,10 @@
 //!   token, no other owner was given the lease;
 //! * no two electors considered themselves leader at overlapping moments;
 //! * writes stamped with a token were never accepted out of order;
-//! * a fenced bookmark never moves backwards: in the order the storage placed them, the
-//!   accepted writes of one reader's bookmark never go to a lower token or an earlier
-//!   position.
+//! * a fenced bookmark never moves backwards: of two accepted writes of one reader's
+//!   bookmark, the one whose call began after the other's completed (real time, the callers'
+//!   monotonic clock, never the storage's clock, which may step) never goes to a lower token or
+//!   an earlier position.
 //!
 //! Instants are [`tokio::time::Instant`], so a history recorded in paused tokio time checks
 //! the same way as one recorded in real time.
@@ -82,8 +83,13 @@ pub struct BookmarkWrite {
     pub token: FencingToken,
     /// The position it was to move the bookmark to.
     pub position: EventPosition,
-    /// When the storage placed it (on the storage's clock), or `None` if it refused it.
+    /// When the storage placed it (on the storage's clock, for the record only), or `None` if
+    /// it refused it.
     pub placed_at: Option<Timestamp>,
+    /// When the call was sent, on the caller's monotonic clock.
+    pub invoked: Instant,
+    /// When its answer arrived, on the caller's monotonic clock.
+    pub completed: Instant,
 }
 
 /// A safety property that did not hold.
@@ -134,14 +140,14 @@ pub enum Violation {
         /// The older token accepted after it.
         stale: FencingToken,
     },
-    /// A reader's bookmark was moved to a lower token or an earlier position than the write
-    /// placed before it.
+    /// A reader's bookmark was moved to a lower token or an earlier position than an accepted
+    /// write that had completed before this one was sent.
     BookmarkMovedBackwards {
         /// The reader.
         reader: String,
-        /// The token and position of the write placed before.
+        /// The token and position of the earlier write.
         from: (FencingToken, EventPosition),
-        /// The token and position of the write placed after it.
+        /// The token and position of the later write.
         to: (FencingToken, EventPosition),
     },
 }
@@ -355,31 +361,43 @@ impl History {
     }
 }
 
-/// Checks that no reader's bookmark moved backwards: its accepted fenced writes, in the order
-/// the storage placed them, never go to a lower token or an earlier position.
+/// Checks that no reader's bookmark moved backwards: of its accepted fenced writes, one sent
+/// after another completed never goes to a lower token or an earlier position. Writes whose
+/// calls overlapped are not ordered (the storage may have placed them either way), and the
+/// storage's `placed_at` is not used: it is the storage's clock, which may step.
 pub fn check_bookmarks(writes: &[BookmarkWrite]) -> Vec<Violation> {
-    let mut by_reader: BTreeMap<&str, Vec<(Timestamp, FencingToken, EventPosition)>> =
-        BTreeMap::new();
-    for write in writes {
-        if let Some(placed_at) = write.placed_at {
-            by_reader.entry(&write.reader).or_default().push((
-                placed_at,
-                write.token,
-                write.position,
-            ));
-        }
+    let mut by_reader: BTreeMap<&str, Vec<&BookmarkWrite>> = BTreeMap::new();
+    for write in writes.iter().filter(|w| w.placed_at.is_some()) {
+        by_reader.entry(&write.reader).or_default().push(write);
     }
     let mut violations = Vec::new();
-    for (reader, mut placed) in by_reader {
-        // Stable: writes placed at one instant keep the order they were recorded in.
-        placed.sort_by_key(|(at, _, _)| *at);
-        for pair in placed.windows(2) {
-            let ((_, t0, p0), (_, t1, p1)) = (pair[0], pair[1]);
-            if t1 < t0 || p1 < p0 {
+    for (reader, mut accepted) in by_reader {
+        let mut by_completion = accepted.clone();
+        by_completion.sort_by_key(|w| w.completed);
+        accepted.sort_by_key(|w| w.invoked);
+        // The highest token and the furthest position among the writes completed so far.
+        let (mut highest, mut furthest): (Option<&BookmarkWrite>, Option<&BookmarkWrite>) =
+            (None, None);
+        let mut done = by_completion.iter().peekable();
+        for later in accepted {
+            while let Some(earlier) = done.next_if(|w| w.completed < later.invoked) {
+                if highest.is_none_or(|h| earlier.token > h.token) {
+                    highest = Some(earlier);
+                }
+                if furthest.is_none_or(|f| earlier.position > f.position) {
+                    furthest = Some(earlier);
+                }
+            }
+            let passed = match (highest, furthest) {
+                (Some(h), _) if later.token < h.token => Some(h),
+                (_, Some(f)) if later.position < f.position => Some(f),
+                _ => None,
+            };
+            if let Some(earlier) = passed {
                 violations.push(Violation::BookmarkMovedBackwards {
                     reader: reader.to_owned(),
-                    from: (t0, p0),
-                    to: (t1, p1),
+                    from: (earlier.token, earlier.position),
+                    to: (later.token, later.position),
                 });
             }
         }
@@ -569,28 +587,45 @@ mod tests {
 
     #[test]
     fn a_bookmark_placed_back_is_caught() {
-        let at = |us: i64| Timestamp::from_micros(us);
-        let write = |token: u64, position: u64, placed_at: Option<Timestamp>| BookmarkWrite {
-            reader: "r".into(),
-            token: token_(token),
-            position: EventPosition::new(position).unwrap(),
-            placed_at,
-        };
-        // Recorded out of order, placed in order: clean; a refusal counts for nothing.
+        let base = Instant::now();
+        let ms = |n: u64| base + Duration::from_millis(n);
+        // A write of `token` to `position`, sent at `from` ms and answered at `to` ms, accepted
+        // or not; `placed_at` is a stepped storage clock that runs backwards.
+        let write =
+            |token: u64, position: u64, (from, to): (u64, u64), accepted: bool| BookmarkWrite {
+                reader: "r".into(),
+                token: token_(token),
+                position: EventPosition::new(position).unwrap(),
+                placed_at: accepted.then(|| Timestamp::from_micros(1_000_000 - from as i64)),
+                invoked: ms(from),
+                completed: ms(to),
+            };
+        // Recorded out of order, in order in real time (the storage's clock says otherwise):
+        // clean; a refusal counts for nothing.
         let clean = [
-            write(2, 20, Some(at(2))),
-            write(1, 10, Some(at(1))),
-            write(1, 15, None),
+            write(2, 20, (3, 4), true),
+            write(1, 10, (1, 2), true),
+            write(1, 5, (5, 6), false),
         ];
         assert!(check_bookmarks(&clean).is_empty());
-        // A zombie's position placed after its successor's, and an older token placed later.
-        let backwards = [write(2, 20, Some(at(2))), write(2, 15, Some(at(3)))];
+        // Overlapping calls are not ordered: either may have been placed first.
+        let overlapping = [write(2, 20, (1, 4), true), write(1, 10, (2, 3), true)];
+        assert!(check_bookmarks(&overlapping).is_empty());
+        // An earlier position sent after a later one was answered, and an older token.
+        let backwards = [write(2, 20, (1, 2), true), write(2, 15, (3, 4), true)];
         assert_eq!(check_bookmarks(&backwards).len(), 1);
-        let older = [write(2, 20, Some(at(2))), write(1, 30, Some(at(3)))];
+        let older = [write(2, 20, (1, 2), true), write(1, 30, (3, 4), true)];
         assert!(matches!(
             check_bookmarks(&older)[..],
             [Violation::BookmarkMovedBackwards { .. }]
         ));
+        // Against the furthest of all the writes before, not only the last one.
+        let behind_an_older_one = [
+            write(3, 50, (1, 2), true),
+            write(3, 60, (3, 4), true),
+            write(3, 55, (5, 6), true),
+        ];
+        assert_eq!(check_bookmarks(&behind_an_older_one).len(), 1);
     }
 
     fn token_(n: u64) -> FencingToken {
