@@ -158,6 +158,15 @@ fn wait_with_limit(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
+/// Sends SIGTERM to `child` (a `tenure run`).
+fn sigterm(child: &Child) {
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
 fn now_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -237,11 +246,7 @@ fn when_the_leader_is_killed_the_standby_takes_over_within_ttl_and_a_poll() {
     );
 
     // SIGTERM to `tenure run`: it stops its child, releases, and reports the child's end.
-    kill(
-        Pid::from_raw(i32::try_from(second.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&second);
     let status = wait_with_limit(&mut second, Duration::from_secs(10));
     assert_eq!(status.code(), Some(143), "sh was ended by SIGTERM");
     assert!(!alive(lines[1].pid));
@@ -278,11 +283,7 @@ fn a_leader_stopped_by_sigterm_hands_over_without_waiting_for_the_standbys_poll(
     assert_eq!(scene.lines().len(), 1, "only one child runs");
 
     let stopped_at = now_nanos();
-    kill(
-        Pid::from_raw(i32::try_from(a.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&a);
     let lines = scene.wait_for_starts(2, Duration::from_secs(5));
     let took_over = Duration::from_nanos(u64::try_from(lines[1].at_nanos - stopped_at).unwrap());
     println!("the standby's child started {took_over:?} after SIGTERM to the leader");
@@ -307,11 +308,7 @@ fn with_no_notifications_a_release_waits_for_the_standbys_poll() {
     scene.wait_for_starts(1, Duration::from_secs(10));
     let mut b = scene.run_polling("b", 0, "60s", "sleep 0.2");
     std::thread::sleep(Duration::from_secs(1));
-    kill(
-        Pid::from_raw(i32::try_from(a.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&a);
     assert_eq!(
         wait_with_limit(&mut a, Duration::from_secs(10)).code(),
         Some(143)
@@ -322,11 +319,7 @@ fn with_no_notifications_a_release_waits_for_the_standbys_poll() {
         1,
         "the polling standby started at once"
     );
-    kill(
-        Pid::from_raw(i32::try_from(b.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&b);
     let _ = wait_with_limit(&mut b, Duration::from_secs(10));
 }
 

@@ -60,6 +60,11 @@ impl LeadershipState {
         self.tenure().map(|(_, valid_until)| valid_until)
     }
 
+    /// Whether this elector stands by: another holds the lease, as the storage said.
+    pub fn is_standby(&self) -> bool {
+        matches!(self, LeadershipState::Standby { .. })
+    }
+
     /// Whether a step-down is requested.
     pub fn is_step_down_requested(&self) -> bool {
         matches!(self, LeadershipState::StepDownRequested { .. })

@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use support::{Backend, Fault, is_standby, ms, wait_for_leader, wait_until};
+use support::{Backend, Fault, ms, wait_for_leader, wait_until};
 use tenure_election::{ElectorConfig, ElectorError, LeaderElector, LeadershipState};
 use tenure_ports::{EventStorage, LeaseStatus};
 use tokio::time::{Instant, sleep};
@@ -36,7 +36,7 @@ async fn the_first_contender_is_elected_and_the_next_stands_by() {
     );
 
     let (b, _) = backend.elector(config("b"));
-    wait_until(&b, is_standby).await;
+    wait_until(&b, LeadershipState::is_standby).await;
     assert_eq!(
         b.state(),
         LeadershipState::Standby {
@@ -93,7 +93,7 @@ async fn a_step_down_request_makes_the_leader_finish_and_release_at_once() {
     });
 
     let (c, _) = backend.elector(config("c").with_priority(5));
-    wait_until(&c, is_standby).await;
+    wait_until(&c, LeadershipState::is_standby).await;
     let asked = wait_until(&a, LeadershipState::is_step_down_requested).await;
 
     let (token, taken_at) = wait_for_leader(&c).await;
@@ -112,7 +112,7 @@ async fn a_step_down_request_makes_the_leader_finish_and_release_at_once() {
     assert_eq!(a.state(), LeadershipState::Unknown);
 
     // a stands aside for one ttl, then stands by behind c; its work is not run again.
-    wait_until(&a, is_standby).await;
+    wait_until(&a, LeadershipState::is_standby).await;
     assert!(Instant::now() - released[0].sent >= ms(300));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(!work.is_finished());
@@ -125,7 +125,7 @@ async fn a_crashed_leader_is_replaced_once_its_ttl_has_run_out() {
     let (a, _) = backend.elector(config("a"));
     wait_for_leader(&a).await;
     let (b, _) = backend.elector(config("b"));
-    wait_until(&b, is_standby).await;
+    wait_until(&b, LeadershipState::is_standby).await;
 
     sleep(ms(250)).await;
     a.abort(); // no release
@@ -201,7 +201,7 @@ async fn shutdown_releases_and_the_standby_takes_over_at_its_next_request() {
     let (a, _) = backend.elector(config("a"));
     wait_for_leader(&a).await;
     let (b, _) = backend.elector(config("b"));
-    wait_until(&b, is_standby).await;
+    wait_until(&b, LeadershipState::is_standby).await;
     let lease = a.wait_for_leadership().await.unwrap();
 
     sleep(ms(150)).await;
@@ -301,11 +301,11 @@ async fn a_standby_whose_calls_fail_is_unknown_then_stands_by_again() {
     let (a, _) = backend.elector(config("a"));
     wait_for_leader(&a).await;
     let (b, handle) = backend.elector(config("b"));
-    wait_until(&b, is_standby).await;
+    wait_until(&b, LeadershipState::is_standby).await;
     handle.set(Fault::Fail);
     wait_until(&b, |s| *s == LeadershipState::Unknown).await;
     handle.set(Fault::None);
-    wait_until(&b, is_standby).await;
+    wait_until(&b, LeadershipState::is_standby).await;
     assert_eq!(
         backend.calls_of("b", "request").last().unwrap().status,
         Some(LeaseStatus::Standby)

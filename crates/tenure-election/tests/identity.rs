@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use support::{Backend, is_standby, ms, wait_for_leader, wait_until};
+use support::{Backend, ms, wait_for_leader, wait_until};
 use tenure_election::{ElectorConfig, LeaderElector, LeadershipState};
 use tenure_ports::EventStorage;
 use tokio::time::sleep;
@@ -53,7 +53,7 @@ async fn a_twin_with_the_same_owner_waits_until_the_first_tenure_ends_then_takes
 
     let (twin, _) = backend.elector(config("pod-a"));
     let twin_led_token_1 = watch_for_token(&twin, 1);
-    wait_until(&twin, is_standby).await;
+    wait_until(&twin, LeadershipState::is_standby).await;
     // Many ttls with the first renewing: the twin never acts as leader, and only the first
     // keeps the tenure alive (the twin requests once, then only reads snapshots).
     sleep(ms(3_000)).await;
@@ -115,7 +115,7 @@ async fn a_twin_that_shuts_down_while_waiting_releases_nothing() {
     wait_for_leader(&first).await;
     sleep(ms(50)).await;
     let (twin, _) = backend.elector(config("pod-a"));
-    wait_until(&twin, is_standby).await;
+    wait_until(&twin, LeadershipState::is_standby).await;
     let releases = backend.calls_of("pod-a", "release").len();
     twin.shutdown().await.unwrap();
     assert_eq!(backend.calls_of("pod-a", "release").len(), releases);
@@ -124,7 +124,7 @@ async fn a_twin_that_shuts_down_while_waiting_releases_nothing() {
     assert!(first.state().is_leader());
     // A third contender still stands by: the first's tenure was not ended.
     let (other, _) = backend.elector(config("pod-b"));
-    wait_until(&other, is_standby).await;
+    wait_until(&other, LeadershipState::is_standby).await;
     first.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }

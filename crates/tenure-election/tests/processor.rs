@@ -14,8 +14,8 @@ use support::processing::{
     Effects, LEASE, Mark, Recorder, Replica, append_orders, bookmark_of, elector_config,
     eventually, processor_config,
 };
-use support::{Backend, is_standby, ms, wait_for_leader, wait_until};
-use tenure_election::FencingGuard;
+use support::{Backend, ms, wait_for_leader, wait_until};
+use tenure_election::{FencingGuard, LeadershipState};
 use tokio::time::sleep;
 
 #[tokio::test(start_paused = true)]
@@ -53,7 +53,7 @@ async fn three_processors_over_ten_thousand_events_survive_a_crash_and_a_step_do
         processor_config(),
         recorder("p2"),
     );
-    wait_until(&p2.elector, is_standby).await;
+    wait_until(&p2.elector, LeadershipState::is_standby).await;
 
     // Crash p1 in the middle of a batch, once it has got well into the log.
     let timeline = backend.timeline.clone();

@@ -12,8 +12,10 @@ use support::processing::{
     Effect, Effects, LEASE, Mark, Recorder, Replica, append_orders, bookmark_of, elector_config,
     eventually, processor_config,
 };
-use support::{Backend, is_standby, ms, wait_for_leader, wait_until};
-use tenure_election::{Batch, ElectorConfig, FencingGuard, Projection, StaleToken};
+use support::{Backend, ms, wait_for_leader, wait_until};
+use tenure_election::{
+    Batch, ElectorConfig, FencingGuard, LeadershipState, Projection, StaleToken,
+};
 use tenure_ports::EventPosition;
 
 #[tokio::test(start_paused = true)]
@@ -37,7 +39,7 @@ async fn a_batch_whose_bookmark_was_not_written_is_projected_again_by_the_next_o
         processor_config(),
         Recorder::new("p2", LEASE, &backend, &fence, &effects),
     );
-    wait_until(&p2.elector, is_standby).await;
+    wait_until(&p2.elector, LeadershipState::is_standby).await;
     eventually(ms(1_000), async || effects.contains(200)).await;
     p1.crash();
 
@@ -236,7 +238,7 @@ async fn a_projection_keeping_its_own_fenced_position_is_exactly_once() {
         processor_config(),
         projection(None),
     );
-    wait_until(&p2.elector, is_standby).await;
+    wait_until(&p2.elector, LeadershipState::is_standby).await;
     eventually(ms(1_000), async || ledger.position() == 200).await;
     p1.crash();
     assert_eq!(wait_for_leader(&p2.elector).await.0, 2);

@@ -75,20 +75,12 @@ async fn until(elector: &LeaderElector, wanted: impl Fn(&LeadershipState) -> boo
         .is_ok()
 }
 
-fn is_standby(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::Standby { .. })
-}
-
-fn is_step_down(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::StepDownRequested { .. })
-}
-
 /// `a` leads, `b` stands by, `a` releases (shuts down): does `b` lead within the patience?
 async fn release_handover(storage: Arc<dyn EventStorage>, ttl: Duration) -> bool {
     let a = elector(&storage, "a", 0, ttl);
     assert!(until(&a, LeadershipState::is_leader).await);
     let b = elector(&storage, "b", 0, ttl);
-    assert!(until(&b, is_standby).await);
+    assert!(until(&b, LeadershipState::is_standby).await);
     a.shutdown().await.unwrap();
     let led = until(&b, LeadershipState::is_leader).await;
     b.shutdown().await.unwrap();
@@ -108,7 +100,7 @@ async fn a_step_down_request_reaches_the_holder_without_waiting_for_its_poll() {
     assert!(until(&a, LeadershipState::is_leader).await);
     let b = elector(&storage, "b", 10, LONG_TTL);
     assert!(
-        until(&a, is_step_down).await,
+        until(&a, LeadershipState::is_step_down_requested).await,
         "the holder did not hear the step-down request"
     );
     // The holder hands over (a release), which wakes the contender in turn.

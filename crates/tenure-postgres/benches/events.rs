@@ -28,6 +28,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod support;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,9 +43,9 @@ use tenure_ports::{
     ReadOptions, StoredEvent, Timestamp, normalize_tags,
 };
 use tenure_postgres::PostgresEventStorage;
+use tenure_postgres::deadpool_postgres::Pool;
 use tenure_postgres::deadpool_postgres::tokio_postgres::Row;
 use tenure_postgres::deadpool_postgres::tokio_postgres::types::ToSql;
-use tenure_postgres::deadpool_postgres::{self, Pool};
 
 const WRITERS: usize = 8;
 /// Slices per measurement, the sides interleaved slice by slice.
@@ -487,19 +489,7 @@ fn main() {
     let load_before = load_average();
     runtime.block_on(async {
         // One pool for the adapter and the baselines: the same client code path.
-        // Connected as the storage connects (TLS as the string's sslmode asks).
-        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
-        let (config, tls) =
-            tenure_postgres::tokio_postgres_config(&info, std::time::Duration::from_secs(10))
-                .unwrap();
-        let manager = deadpool_postgres::Manager::from_config(
-            config,
-            tls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager).max_size(WRITERS).build().unwrap();
+        let pool = support::application_pool(&server.url, WRITERS);
         let pg = PostgresEventStorage::builder()
             .pool(pool.clone())
             .prefix(&prefix)

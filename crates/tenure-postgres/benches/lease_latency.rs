@@ -35,6 +35,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -267,22 +269,7 @@ fn main() {
     runtime.block_on(async {
         // The application's pools, as an application would build them (and as the storage
         // builds its own from a URL): no ping before each checkout.
-        // Connected as the storage connects (TLS as the string's sslmode asks).
-        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
-        let (config, tls) =
-            tenure_postgres::tokio_postgres_config(&info, std::time::Duration::from_secs(10))
-                .unwrap();
-        let manager = deadpool_postgres::Manager::from_config(
-            config,
-            tls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let deadpool_pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(CALLERS)
-            .build()
-            .unwrap();
+        let deadpool_pool = support::application_pool(&server.url, CALLERS);
         let sqlx_pool = PgPoolOptions::new()
             .max_connections(u32::try_from(CALLERS).unwrap())
             .test_before_acquire(false)

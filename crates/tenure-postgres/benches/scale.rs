@@ -32,6 +32,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -235,20 +237,7 @@ fn main() {
         .unwrap_or(16_000);
     runtime.block_on(async {
         let admin = server.connect().await.unwrap();
-        let info = tenure_postgres::tenure_conninfo::ConnInfo::parse(&server.url).unwrap();
-        let (config, tls) =
-            tenure_postgres::tokio_postgres_config(&info, Duration::from_secs(10)).unwrap();
-        let manager = deadpool_postgres::Manager::from_config(
-            config,
-            tls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
-        let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(FLOOR_CALLERS as usize)
-            .build()
-            .unwrap();
+        let pool = support::application_pool(&server.url, FLOOR_CALLERS as usize);
         admin
             .batch_execute(&format!(
                 "CREATE TABLE {prefix}scale_rows (id integer PRIMARY KEY, v bigint NOT NULL) \
@@ -291,13 +280,12 @@ fn main() {
                 &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
             )
             .await;
-            let sustained_at = best.as_ref().map_or(0, |b| b.leases);
             if s.sustained() {
                 best = Some(s);
             } else {
                 failed_at = Some(s.leases);
             }
-            let sustained_at = best.as_ref().map_or(sustained_at, |b| b.leases);
+            let sustained_at = best.as_ref().map_or(0, |b| b.leases);
             leases = match failed_at {
                 None => leases * 2,
                 Some(failed) => {

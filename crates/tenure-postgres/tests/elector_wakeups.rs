@@ -60,14 +60,6 @@ async fn until(elector: &LeaderElector, wanted: impl Fn(&LeadershipState) -> boo
         .is_ok()
 }
 
-fn is_standby(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::Standby { .. })
-}
-
-fn is_step_down(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::StepDownRequested { .. })
-}
-
 /// Terminates every listener session of the prefix; how many there were.
 async fn terminate_listeners(prefix: &str) -> i64 {
     support::admin()
@@ -94,7 +86,7 @@ async fn release_handover(
     let a = elector(storage(driver, &guard, notifications).await, "a", 0, ttl);
     assert!(until(&a, LeadershipState::is_leader).await);
     let b = elector(storage(driver, &guard, notifications).await, "b", 0, ttl);
-    assert!(until(&b, is_standby).await);
+    assert!(until(&b, LeadershipState::is_standby).await);
     between(&guard).await;
     a.shutdown().await.unwrap();
     let led = until(&b, LeadershipState::is_leader).await;
@@ -117,7 +109,7 @@ async fn a_step_down_request_reaches_the_holder_without_waiting_for_its_poll(dri
     assert!(until(&a, LeadershipState::is_leader).await);
     let b = elector(storage(driver, &guard, true).await, "b", 10, LONG_TTL);
     assert!(
-        until(&a, is_step_down).await,
+        until(&a, LeadershipState::is_step_down_requested).await,
         "the holder did not hear the step-down request"
     );
     // The holder hands over (a release), which wakes the contender in turn.

@@ -177,10 +177,6 @@ async fn reach(
     }
 }
 
-fn is_standby(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::Standby { .. })
-}
-
 /// A bound on the measured wait: long past what polling alone takes (two poll intervals and
 /// an expiry), so that only a broken run hits it.
 fn measured_bound(ttl: Duration) -> Duration {
@@ -202,7 +198,13 @@ async fn graceful_trial(
     )
     .await?;
     let standby = start(&storage, &lease, "standby", 0, ttl)?;
-    reach(&standby, SETUP_BOUND, "the standby", is_standby).await?;
+    reach(
+        &standby,
+        SETUP_BOUND,
+        "the standby",
+        LeadershipState::is_standby,
+    )
+    .await?;
     sleep(phase).await;
     let mut state = standby.subscribe();
     let started = Instant::now();

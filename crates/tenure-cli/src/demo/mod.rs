@@ -144,7 +144,12 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
             "it dispatches that batch a second time: delivery is at least once.",
         ],
     );
-    within(patience, "replica-a to stand by", a.wait_for(is_standby)).await??;
+    within(
+        patience,
+        "replica-a to stand by",
+        a.wait_for(LeadershipState::is_standby),
+    )
+    .await??;
     let crashed_batch = within(
         patience,
         "replica-c's next batch",
@@ -186,7 +191,12 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         ],
     );
     let mut b = Replica::start(&setup, "replica-b", 0)?;
-    within(patience, "replica-b to stand by", b.wait_for(is_standby)).await??;
+    within(
+        patience,
+        "replica-b to stand by",
+        b.wait_for(LeadershipState::is_standby),
+    )
+    .await??;
     if !options
         .storage
         .capabilities()
@@ -225,7 +235,12 @@ pub async fn run(options: DemoOptions, narrator: Arc<Narrator>) -> anyhow::Resul
         ],
     );
     let d = Replica::start(&setup, "replica-d", 0)?;
-    within(patience, "replica-d to stand by", d.wait_for(is_standby)).await??;
+    within(
+        patience,
+        "replica-d to stand by",
+        d.wait_for(LeadershipState::is_standby),
+    )
+    .await??;
     let zombie_batch = within(patience, "replica-b to freeze", b.freeze(n)).await??;
     within(patience, "replica-d to take over", d.leads()).await??;
     sleep(ttl / 8).await;
@@ -292,8 +307,4 @@ async fn within<T>(
     timeout(limit, future)
         .await
         .with_context(|| format!("the demo waited {} for {what} in vain", human(limit)))
-}
-
-fn is_standby(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::Standby { .. })
 }

@@ -293,7 +293,3 @@ pub async fn wait_for_leader(elector: &LeaderElector) -> (u64, Instant) {
     let at = wait_until(elector, LeadershipState::is_leader).await;
     (elector.state().leader_token().unwrap().get(), at)
 }
-
-pub fn is_standby(state: &LeadershipState) -> bool {
-    matches!(state, LeadershipState::Standby { .. })
-}
