@@ -204,6 +204,18 @@ impl Contender {
     pub fn is_live_at(&self, now: Timestamp) -> bool {
         now < self.last_seen.saturating_add(self.ttl)
     }
+
+    /// Whether the registration is younger than half its ttl at `now`: `last_seen <= now` and
+    /// `2 × (now - last_seen) < ttl`. A backend that keeps such a registration as it is
+    /// ([`RequestOutcome::keeping_fresh_registration`](crate::RequestOutcome::keeping_fresh_registration))
+    /// writes nothing for a standby's request that changes nothing.
+    pub fn is_fresh_at(&self, now: Timestamp) -> bool {
+        self.last_seen <= now
+            && now
+                .saturating_duration_since(self.last_seen)
+                .saturating_mul(2)
+                < self.ttl
+    }
 }
 
 /// What a caller should do, according to the storage.

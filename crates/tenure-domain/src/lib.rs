@@ -54,7 +54,11 @@
 //!
 //! 1. **The contender is registered**: the pair (lease, owner) is recorded with the request's
 //!    priority and ttl and `last_seen = now` (a [`Contender`]). A contender is *live* while
-//!    `now < last_seen + ttl`.
+//!    `now < last_seen + ttl`. A backend whose every write costs (a database server) may keep
+//!    a standby's registration as it is while it has the request's priority and ttl and is
+//!    younger than half its ttl ([`RequestOutcome::keeping_fresh_registration`]): a contender
+//!    whose requests come less than a ttl apart stays live throughout either way, and one that
+//!    stops lapses between half a ttl and a ttl after its last request.
 //! 2. **No record yet**: it is created with this owner, fencing token 1,
 //!    `acquired_at = heartbeat_at = now`, the request's priority and ttl. The caller holds it.
 //! 3. **The same owner holds the live record** (`now < heartbeat_at + ttl`): a renewal.

@@ -73,9 +73,15 @@ pub struct RequestOutcome {
     pub transition: Transition,
     /// The answer for the caller; `response.lease` is the record after the call.
     pub response: LeaseResponse,
-    /// The caller's registration, to insert or replace.
+    /// The caller's registration after the call: to insert or replace when `refreshed`, the
+    /// stored one, unchanged, when not.
     pub contender: Contender,
-    /// Contenders of this lease that are no longer live, to delete (rule 7).
+    /// Whether the caller's registration is written (rule 1): always, from
+    /// [`decide_request`] and [`decide_request_sighted`]; not for a standby whose registration
+    /// is fresh, after [`RequestOutcome::keeping_fresh_registration`].
+    pub refreshed: bool,
+    /// Contenders of this lease that are no longer live, to delete (rule 7); none when the
+    /// registration is not `refreshed` (nothing is written).
     pub pruned: Vec<Owner>,
 }
 
@@ -83,6 +89,66 @@ impl RequestOutcome {
     /// The record after the call (the same as `response.lease`).
     pub fn record(&self) -> &Lease {
         &self.response.lease
+    }
+
+    /// The same decision for a backend that keeps a standby's fresh registration as it is
+    /// (rule 1, lazily): when the caller stands by and its stored registration (among
+    /// `contenders`, what was passed to the decision) has the request's priority and ttl and
+    /// [is fresh](Contender::is_fresh_at) at `now`, nothing is written: `contender` is the
+    /// stored registration, `refreshed` is false and nothing is pruned (the next request that
+    /// writes prunes). The answer and the record are the same either way.
+    ///
+    /// A database server pays a write and a flush of its log for every registration it
+    /// refreshes; with this rule a standby that polls often writes about once per half ttl.
+    /// What "live" means does not change: a registration is live while
+    /// `now < last_seen + ttl`. A contender whose requests come less than a ttl apart stays live
+    /// throughout, as with a refresh at every request (a registration is kept only while
+    /// younger than half its ttl, so the next request after the last refresh comes before
+    /// the registration lapses); one that stops requesting lapses between half a ttl and a
+    /// ttl after its last request, instead of exactly a ttl.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tenure_domain::{decide_request, LeaseRequest, Timestamp};
+    /// let ttl = Duration::from_millis(100);
+    /// let a = LeaseRequest::new("jobs", "a", 0, ttl).validate().unwrap();
+    /// let b = LeaseRequest::new("jobs", "b", 0, ttl).validate().unwrap();
+    /// let held = decide_request(None, &[], &a, Timestamp::from_micros(0)).unwrap();
+    /// let first = decide_request(Some(held.record()), &[], &b, Timestamp::from_micros(10_000)).unwrap();
+    /// let registered = [first.contender.clone()];
+    /// // 49.999 ms later the registration is still fresh: nothing to write.
+    /// let at = Timestamp::from_micros(59_999);
+    /// let kept = decide_request(Some(held.record()), &registered, &b, at)
+    ///     .unwrap()
+    ///     .keeping_fresh_registration(&registered, at);
+    /// assert!(!kept.refreshed);
+    /// assert_eq!(kept.contender, first.contender);
+    /// // At half its ttl it is refreshed.
+    /// let at = Timestamp::from_micros(60_000);
+    /// let again = decide_request(Some(held.record()), &registered, &b, at)
+    ///     .unwrap()
+    ///     .keeping_fresh_registration(&registered, at);
+    /// assert!(again.refreshed);
+    /// assert_eq!(again.contender.last_seen, at);
+    /// ```
+    #[must_use]
+    pub fn keeping_fresh_registration(mut self, contenders: &[Contender], now: Timestamp) -> Self {
+        if self.transition != Transition::Standby {
+            return self;
+        }
+        let requested = &self.contender;
+        let stored = contenders.iter().find(|c| {
+            c.owner == requested.owner
+                && c.priority == requested.priority
+                && c.ttl == requested.ttl
+                && c.is_fresh_at(now)
+        });
+        if let Some(stored) = stored {
+            self.contender = stored.clone();
+            self.refreshed = false;
+            self.pruned.clear();
+        }
+        self
     }
 }
 
@@ -260,6 +326,7 @@ pub fn decide_request_sighted(
             lease: record,
         },
         contender,
+        refreshed: true,
         pruned,
     })
 }
@@ -471,6 +538,103 @@ mod tests {
         assert_eq!(over.transition, Transition::TakenOver);
         assert_eq!(over.response.fencing_token.get(), 3);
         assert_eq!(over.response.lease.owner, "b");
+    }
+
+    /// `b`'s request at `now` against `a`'s lease, with `registered` stored, kept lazily.
+    fn lazily(
+        lease: &Lease,
+        registered: &[Contender],
+        b: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> RequestOutcome {
+        decide_request(Some(lease), registered, b, now)
+            .unwrap()
+            .keeping_fresh_registration(registered, now)
+    }
+
+    #[test]
+    fn a_fresh_standby_registration_is_kept_and_nothing_else_changes() {
+        let a = req("a", 0, 1_000);
+        let lease = decide_request(None, &[], &a, at(0)).unwrap().response.lease;
+        let b = req("b", 1, 101);
+        let first = decide_request(Some(&lease), &[], &b, at(0)).unwrap();
+        let stale = Contender {
+            owner: Owner::new("c").unwrap(),
+            last_seen: at(-200),
+            ..first.contender.clone()
+        };
+        let registered = [first.contender.clone(), stale];
+        // 2 × 50.499 ms < 101 ms: kept, and the stale registration is left for a write.
+        let kept = lazily(&lease, &registered, &b, Timestamp::from_micros(50_499));
+        assert!(!kept.refreshed);
+        assert_eq!(kept.contender, first.contender);
+        assert!(kept.pruned.is_empty());
+        let eager = decide_request(
+            Some(&lease),
+            &registered,
+            &b,
+            Timestamp::from_micros(50_499),
+        )
+        .unwrap();
+        assert_eq!(kept.response, eager.response, "the same answer");
+        assert_eq!(eager.pruned, vec![Owner::new("c").unwrap()]);
+        // Half its ttl and more: refreshed, and the stale one pruned.
+        for micros in [50_500, 50_501, 100_000] {
+            let now = Timestamp::from_micros(micros);
+            let refreshed = lazily(&lease, &registered, &b, now);
+            assert!(refreshed.refreshed, "{micros}");
+            assert_eq!(refreshed.contender.last_seen, now);
+            assert_eq!(refreshed.pruned, vec![Owner::new("c").unwrap()]);
+        }
+        // Another priority, another ttl, a registration from the future (the clock stepped
+        // back): refreshed at once.
+        for other in [req("b", 2, 101), req("b", 1, 102)] {
+            assert!(lazily(&lease, &registered, &other, at(1)).refreshed);
+        }
+        let ahead = [Contender {
+            last_seen: at(5),
+            ..first.contender.clone()
+        }];
+        assert!(lazily(&lease, &ahead, &b, at(4)).refreshed);
+        // A holder's registration is always written.
+        let mine = [decide_request(Some(&lease), &[], &a, at(1))
+            .unwrap()
+            .contender];
+        let renewed = lazily(&lease, &mine, &a, at(2));
+        assert_eq!(renewed.transition, Transition::Renewed);
+        assert!(renewed.refreshed);
+    }
+
+    #[test]
+    fn a_contender_requesting_within_its_ttl_stays_live_when_kept_lazily() {
+        let a = req("a", 0, 1_000_000);
+        let lease = decide_request(None, &[], &a, at(0)).unwrap().response.lease;
+        let ttl_us: i64 = 9_001;
+        let b = req("b", 0, 9);
+        let b = ValidLeaseRequest {
+            ttl: Duration::from_micros(ttl_us as u64),
+            ..b
+        };
+        for interval in [1, 2, 7, 3_000, 4_500, 4_501, 6_000, 9_000] {
+            let mut registered: Vec<Contender> = Vec::new();
+            let mut writes = 0;
+            for k in 0..40 {
+                let now = Timestamp::from_micros(k * interval);
+                if let Some(c) = registered.first() {
+                    assert!(
+                        c.is_live_at(now),
+                        "interval {interval}: lapsed at request {k}"
+                    );
+                }
+                let outcome = lazily(&lease, &registered, &b, now);
+                writes += usize::from(outcome.refreshed);
+                registered = vec![outcome.contender];
+            }
+            assert!(writes >= 1);
+            if interval < ttl_us / 2 {
+                assert!(writes < 40, "interval {interval}: written at every request");
+            }
+        }
     }
 
     #[test]

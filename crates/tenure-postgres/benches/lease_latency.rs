@@ -19,7 +19,7 @@
 //!     someone else (it registers, and stands by);
 //!   * **takeover**: `request_lease` on one of 1,000 leases whose holder's 1 ms ttl ran out
 //!     (a new tenure, a new token), by a contender that has seen that tenure end: since
-//!     `request_lease_v2` a takeover of a lease that merely expired needs the taker's own
+//!     `request_lease_v2` (and v3) a takeover of a lease that merely expired needs the taker's own
 //!     sighting of it for a ttl, so each round of takeovers is prepared, untimed, by one
 //!     standby's request per lease from the round's new owner and a 2 ms pause.
 //!

@@ -11,10 +11,12 @@
 //! off-by-one at expiry (a holder may still renew at the exact microsecond its lease expires)
 //! and requires the check to catch it with a small case.
 //!
-//! The differential check plays `request_lease_v1` (what processes of the previous release
-//! call) and `request_lease_v2` with the sighting implied by the storage's own clock (with
-//! which the sighted rule is the plain one). The sighted rule itself, `decide_request_sighted`,
-//! is checked by `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
+//! The differential check plays `request_lease_v1` (what processes of an earlier release
+//! call, refreshing every registration) and `request_lease_v3` with the sighting implied by the
+//! storage's own clock (with which the sighted rule is the plain one), which keeps a standby's
+//! fresh registration (`RequestOutcome::keeping_fresh_registration`, declared to the check by
+//! `keeps_fresh_registrations`). The sighted rule itself, `decide_request_sighted` followed by
+//! `keeping_fresh_registration`, is checked by `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
 //! request with a sighting chosen around the stored tenure (none, its token and heartbeat for
 //! a ttl and one microsecond either side of it, another token, another heartbeat), compared
 //! answer by answer and record by record with the domain; its negative control moves the
@@ -44,10 +46,10 @@ struct Sql {
     storage: PostgresEventStorage,
     admin: tokio_postgres::Client,
     prefix: String,
-    /// Call `request_lease_v2` with the sighting implied by the stored record and `now`
+    /// Call `request_lease_v3` with the sighting implied by the stored record and `now`
     /// (`Sighting::on_storage_clock`, with which the sighted rule is the plain one), instead
     /// of `request_lease_v1`.
-    v2_implied: bool,
+    v3_implied: bool,
 }
 
 impl Sql {
@@ -63,7 +65,7 @@ impl Sql {
             storage,
             admin,
             prefix: guard.prefix().to_owned(),
-            v2_implied: false,
+            v3_implied: false,
         };
         (sql, guard)
     }
@@ -138,7 +140,7 @@ impl DecisionSystem for Sql {
             request.ttl,
         );
         let (transition, response) = self.runtime.block_on(async {
-            if self.v2_implied {
+            if self.v3_implied {
                 let lease_name = LeaseName::new(request.lease_name.clone())?;
                 let implied = self
                     .record(&lease_name)
@@ -188,11 +190,15 @@ impl DecisionSystem for Sql {
             Ok(Observed::new(record.map(|(lease, _)| lease), live).with_stored_contenders(rows))
         })
     }
+
+    fn keeps_fresh_registrations(&self) -> bool {
+        self.v3_implied
+    }
 }
 
-fn sql_decisions_match_the_domain(driver: PostgresDriver, v2_implied: bool) {
+fn sql_decisions_match_the_domain(driver: PostgresDriver, v3_implied: bool) {
     let (mut sql, guard) = Sql::new(driver);
-    sql.v2_implied = v2_implied;
+    sql.v3_implied = v3_implied;
     let config = differential::Config::from_env_or(128);
     if let Err(mismatch) = differential::check_decisions_with(config, &mut sql) {
         panic!("the SQL functions and the domain disagree on {driver}: {mismatch}");
@@ -211,12 +217,12 @@ fn sql_decisions_match_the_domain_on_sqlx() {
 }
 
 #[test]
-fn v2_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
+fn v3_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
     sql_decisions_match_the_domain(PostgresDriver::Deadpool, true);
 }
 
 #[test]
-fn v2_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
+fn v3_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
     sql_decisions_match_the_domain(PostgresDriver::Sqlx09, true);
 }
 
@@ -266,8 +272,55 @@ fn the_check_catches_an_off_by_one_at_expiry() {
     drop(guard);
 }
 
+/// The fresh registration's bound in `request_lease_v3`, and its off-by-one: a registration
+/// exactly half a ttl old would still be kept.
+const FRESH: &str = "AND 2 * (v_now - c.last_seen) < c.ttl_micros * interval '1 microsecond'";
+const FRESH_OFF_BY_ONE: &str =
+    "AND 2 * (v_now - c.last_seen) <= c.ttl_micros * interval '1 microsecond'";
+
+#[test]
+fn the_check_catches_a_registration_kept_at_half_its_ttl() {
+    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
+    sql.v3_implied = true;
+    let function = format!("{}request_lease_v3", guard.prefix());
+    sql.runtime.block_on(async {
+        let definition: String = sql
+            .admin
+            .query_one(
+                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
+                &[&function],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            definition.matches(FRESH).count(),
+            1,
+            "the fresh registration's bound moved: update the negative control"
+        );
+        sql.admin
+            .batch_execute(&definition.replace(FRESH, FRESH_OFF_BY_ONE))
+            .await
+            .unwrap();
+    });
+    let mismatch =
+        differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
+            .expect_err("the check passed a function that keeps a registration at half its ttl");
+    let case = mismatch
+        .case
+        .as_ref()
+        .expect("a minimal case, not a failure of the whole check");
+    assert!(
+        case.steps.len() <= 6,
+        "the minimal case is not small ({} steps): {mismatch}",
+        case.steps.len()
+    );
+    println!("caught, as it should be: {mismatch}");
+    drop(guard);
+}
+
 // ---------------------------------------------------------------------------------------------
-// The sighted rule: request_lease_v2 against decide_request_sighted.
+// The sighted rule: request_lease_v3 against decide_request_sighted, kept lazily.
 // ---------------------------------------------------------------------------------------------
 
 /// The sighting a request sends, relative to the stored tenure at that moment.
@@ -407,7 +460,8 @@ fn play_sighted(
                     at,
                     sighting.as_ref(),
                 )
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(e.to_string()))?
+                .keeping_fresh_registration(&registered, at);
                 let (transition, response) = sql
                     .runtime
                     .block_on(sql.storage.request_lease_sighted_at(&request, at, sighting))
@@ -509,7 +563,7 @@ fn sighted_sql_decisions_match_the_domain(driver: PostgresDriver) {
     let (sql, guard) = Sql::new(driver);
     let cases = differential::Config::from_env_or(256).cases;
     let coverage = check_sighted(&sql, cases)
-        .unwrap_or_else(|e| panic!("request_lease_v2 and decide_request_sighted disagree: {e}"));
+        .unwrap_or_else(|e| panic!("request_lease_v3 and decide_request_sighted disagree: {e}"));
     println!("{driver}: {coverage:?}");
     assert!(
         coverage.taken_over_sighted > 0
@@ -530,7 +584,7 @@ fn sighted_sql_decisions_match_the_domain_on_sqlx() {
     sighted_sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
 }
 
-/// The sighting's bound in `request_lease_v2`, and its off-by-one: a sighting one microsecond
+/// The sighting's bound in `request_lease_v3`, and its off-by-one: a sighting one microsecond
 /// short of the ttl would be enough.
 const SEEN_FOR_TTL: &str = "AND p_seen_for_micros >= v_lease.ttl_micros";
 const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micros - 1";
@@ -538,7 +592,7 @@ const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micr
 #[test]
 fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
     let (sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    let function = format!("{}request_lease_v2", guard.prefix());
+    let function = format!("{}request_lease_v3", guard.prefix());
     sql.runtime.block_on(async {
         let definition: String = sql
             .admin

@@ -1,9 +1,10 @@
 //! A rolling upgrade: a process of the previous release (calling `request_lease_v1`) and one
-//! of this release (calling `request_lease_v2` with its sightings) side by side on one lease.
+//! of this release (calling `request_lease_v3` with its sightings) side by side on one lease.
 //!
-//! The schema starts as the previous release left it (every migration but
+//! The schema starts as a release before the sightings left it (every migration before
 //! `0006_lease_functions_v2.sql`), and the old process elects alone; then the new process is
-//! built with `SchemaMode::Ensure`, which adds v2 beside v1 without touching it. The two then
+//! built with `SchemaMode::Ensure`, which adds v2, the triggers and v3 beside v1 without
+//! touching it. The two then
 //! take turns: the leader renews while the other stands by, then stops (half the rounds by
 //! releasing, half by simply going silent) and the other takes over. Every grant must go to
 //! one owner at a time (a new owner's first grant arrives no earlier than a ttl after the old

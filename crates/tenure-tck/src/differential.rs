@@ -22,6 +22,15 @@
 //! shrunk case is still a valid one. Each case (and each shrinking attempt) uses a lease name of
 //! its own, so a system that keeps state across cases (a database) needs no reset.
 //!
+//! A system that keeps a standby's fresh registration as it is instead of refreshing it at
+//! every request (a database server, where every refresh is a write and a flush of its log)
+//! says so with [`DecisionSystem::keeps_fresh_registrations`]; the reference then applies
+//! [`RequestOutcome::keeping_fresh_registration`] too, and the generator's polling steps
+//! ([`Step::PollAtHalfTtl`]) must reach a kept registration and a refresh at exactly half a
+//! ttl.
+//!
+//! [`RequestOutcome::keeping_fresh_registration`]: tenure_ports::domain::RequestOutcome::keeping_fresh_registration
+//!
 //! Besides the comparison, the check asserts the contract's invariants on every answer (one
 //! live holder, tokens that start at 1 and grow by one per new tenure, standby answers carrying
 //! the holder's token, step-down exactly when a live contender outranks the holder, releases
@@ -71,6 +80,16 @@ pub trait DecisionSystem {
 
     /// What the system stores for `lease_name`, read at `now` (after every step).
     fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError>;
+
+    /// Whether the system keeps a standby's fresh registration as it is instead of refreshing
+    /// it at every request (rule 1, lazily: [`RequestOutcome::keeping_fresh_registration`]);
+    /// the reference then decides the same way, and the check requires its generator to reach
+    /// a kept registration and a refresh at exactly half a ttl. `false` unless overridden.
+    ///
+    /// [`RequestOutcome::keeping_fresh_registration`]: tenure_ports::domain::RequestOutcome::keeping_fresh_registration
+    fn keeps_fresh_registrations(&self) -> bool {
+        false
+    }
 }
 
 /// A system's answer to a request.
@@ -139,6 +158,8 @@ impl Observed {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reference {
     leases: BTreeMap<LeaseName, Stored>,
+    /// Whether a standby's fresh registration is kept as it is.
+    keeps_fresh: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -151,10 +172,20 @@ struct Stored {
 struct ReferenceOutcome {
     transition: Transition,
     response: LeaseResponse,
+    refreshed: bool,
     pruned: Vec<Owner>,
 }
 
 impl Reference {
+    /// A reference that keeps a standby's fresh registration as it is (the rule of a system
+    /// whose [`DecisionSystem::keeps_fresh_registrations`] is true).
+    pub fn keeping_fresh_registrations() -> Self {
+        Reference {
+            keeps_fresh: true,
+            ..Reference::default()
+        }
+    }
+
     fn decide_request(
         &mut self,
         request: &ValidLeaseRequest,
@@ -162,8 +193,11 @@ impl Reference {
     ) -> Result<ReferenceOutcome, String> {
         let stored = self.leases.entry(request.lease_name.clone()).or_default();
         let registered: Vec<Contender> = stored.contenders.values().cloned().collect();
-        let outcome = decide_request(stored.record.as_ref(), &registered, request, now)
+        let mut outcome = decide_request(stored.record.as_ref(), &registered, request, now)
             .map_err(|e| format!("decide_request failed: {e}"))?;
+        if self.keeps_fresh {
+            outcome = outcome.keeping_fresh_registration(&registered, now);
+        }
         match outcome.transition.record_write() {
             RecordWrite::Insert if stored.record.is_some() => {
                 return Err("the domain asked for an Insert while a record exists".into());
@@ -189,6 +223,7 @@ impl Reference {
         Ok(ReferenceOutcome {
             transition: outcome.transition,
             response: outcome.response,
+            refreshed: outcome.refreshed,
             pruned: outcome.pruned,
         })
     }
@@ -240,6 +275,10 @@ impl DecisionSystem for Reference {
         Ok(self.decide_release(lease_name, owner, now)?)
     }
 
+    fn keeps_fresh_registrations(&self) -> bool {
+        self.keeps_fresh
+    }
+
     fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
         let Some(stored) = self.stored(lease_name) else {
             return Ok(Observed::default().with_stored_contenders(Vec::new()));
@@ -288,6 +327,16 @@ pub enum Step {
         /// −1, 0 or 1.
         offset: i64,
     },
+    /// A polling contender: the owner of a stored registration requests again, with that
+    /// registration's priority and ttl, when it is half a ttl old + `offset` µs (or now, if
+    /// that is in the past), where a system that keeps fresh registrations starts refreshing
+    /// them. Nothing happens when nothing is registered.
+    PollAtHalfTtl {
+        /// Which registration, as for [`Step::ToContenderExpiry`].
+        pick: usize,
+        /// −1, 0 or 1.
+        offset: i64,
+    },
 }
 
 /// One generated case: a starting instant, the owners' usual priorities, and the steps.
@@ -323,6 +372,8 @@ fn ttl_strategy() -> impl Strategy<Value = Duration> {
         // Mostly short, with sub-microsecond noise that the storage must truncate.
         30 => (1_000u64..=30_000, 0u64..1_000)
             .prop_map(|(us, ns)| Duration::from_micros(us) + Duration::from_nanos(ns)),
+        // The same ttl again, as a polling contender asks: even and odd microseconds.
+        20 => prop_oneof![Just(10_000u64), Just(10_001)].prop_map(Duration::from_micros),
         3 => Just(MIN_TTL),
         1 => (1u64..=MAX_TTL.as_secs()).prop_map(Duration::from_secs),
         1 => Just(MAX_TTL),
@@ -356,6 +407,8 @@ fn step_strategy(owners: usize) -> impl Strategy<Value = Step> {
         1 => (-1i64..=1).prop_map(|offset| Step::ToLeaseExpiry { offset }),
         1 => (0usize..6, -1i64..=1)
             .prop_map(|(pick, offset)| Step::ToContenderExpiry { pick, offset }),
+        2 => (0usize..6, -1i64..=1)
+            .prop_map(|(pick, offset)| Step::PollAtHalfTtl { pick, offset }),
     ]
 }
 
@@ -473,10 +526,19 @@ pub struct Coverage {
     pub acquired_at_exact_expiry: u64,
     /// Registrations pruned.
     pub pruned: u64,
+    /// Standby requests whose fresh registration was kept as it was (only by a system that
+    /// keeps fresh registrations).
+    pub kept_fresh: u64,
+    /// Registrations refreshed at exactly half their ttl (only by such a system).
+    pub refreshed_at_half_ttl: u64,
 }
 
 impl Coverage {
-    fn unreached(&self) -> Vec<&'static str> {
+    fn unreached(&self, keeps_fresh: bool) -> Vec<&'static str> {
+        let lazily = [
+            ("kept fresh", self.kept_fresh),
+            ("refreshed at half ttl", self.refreshed_at_half_ttl),
+        ];
         [
             ("created", self.created),
             ("renewed", self.renewed),
@@ -491,6 +553,7 @@ impl Coverage {
             ("pruned", self.pruned),
         ]
         .into_iter()
+        .chain(lazily.into_iter().filter(|_| keeps_fresh))
         .filter(|(_, n)| *n == 0)
         .map(|(what, _)| what)
         .collect()
@@ -552,6 +615,7 @@ pub fn check_decisions_with<S: DecisionSystem>(
         failure_persistence: None,
         ..ProptestConfig::default()
     });
+    let keeps_fresh = system.keeps_fresh_registrations();
     let system = RefCell::new(system);
     let report = RefCell::new(Report::default());
     let played = AtomicU64::new(0);
@@ -585,7 +649,7 @@ pub fn check_decisions_with<S: DecisionSystem>(
     }
     let report = report.into_inner();
     if config.cases >= 100 {
-        let unreached = report.coverage.unreached();
+        let unreached = report.coverage.unreached(keeps_fresh);
         if !unreached.is_empty() {
             return Err(Mismatch {
                 case: None,
@@ -641,6 +705,11 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
         report: &'a mut Report,
     ) -> Result<Self, TestCaseError> {
         report.cases += 1;
+        let reference = if system.keeps_fresh_registrations() {
+            Reference::keeping_fresh_registrations()
+        } else {
+            Reference::default()
+        };
         let owners = owner_names(case.priorities.len())
             .into_iter()
             .map(|name| Owner::new(name).map_err(|e| fail(format!("owner name: {e}"))))
@@ -651,7 +720,7 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
             priorities: case.priorities.clone(),
             now: case.start,
             system,
-            reference: Reference::default(),
+            reference,
             grants: BTreeMap::new(),
             token_owner: BTreeMap::new(),
             highest_token: 0,
@@ -684,17 +753,36 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
                 }
             }
             Step::ToContenderExpiry { pick, offset } => {
-                let stored = self.stored().contenders;
-                if !stored.is_empty()
-                    && let Some(c) = stored.values().nth(pick % stored.len())
+                self.move_to_contender(pick, |c| micros(c.ttl) + offset);
+            }
+            Step::PollAtHalfTtl { pick, offset } => {
+                // Half of an odd ttl falls between two microseconds: its ceiling.
+                if let Some(c) = self.move_to_contender(pick, |c| (micros(c.ttl) + 1) / 2 + offset)
                 {
-                    let target = c.last_seen.as_micros() + micros(c.ttl) + offset;
-                    self.now = self.now.max(target);
+                    let who = self
+                        .owners
+                        .iter()
+                        .position(|o| *o == c.owner)
+                        .ok_or_else(|| fail("a registration of an owner of no case"))?;
+                    self.request(who, c.priority, c.ttl)?;
                 }
             }
         }
         self.compare_stored()?;
         self.check_tokens()
+    }
+
+    /// Moves the clock to the `pick`th stored registration's `last_seen` + `after(it)` µs, if
+    /// that is not in the past; returns that registration.
+    fn move_to_contender(
+        &mut self,
+        pick: usize,
+        after: impl Fn(&Contender) -> i64,
+    ) -> Option<Contender> {
+        let stored = self.stored().contenders;
+        let c = stored.values().nth(pick.checked_rem(stored.len())?)?;
+        self.now = self.now.max(c.last_seen.as_micros() + after(c));
+        Some(c.clone())
     }
 
     fn request(&mut self, who: usize, priority: i64, ttl: Duration) -> StepResult {
@@ -709,6 +797,7 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
         let now = self.now;
         let at = Timestamp::from_micros(now);
         let before = self.stored().record;
+        let registered_before = self.stored().contenders.get(&self.owners[who]).cloned();
         let expected = self.reference.decide_request(&request, at).map_err(fail)?;
         let decided = self
             .system
@@ -850,12 +939,47 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
             "step-down must be asked exactly of a holder outranked by a live contender"
         );
         prop_assert!(stored.contenders.len() <= self.owners.len());
+        // Rule 1, lazily or not: refreshed, or (kept by a system that keeps fresh ones) a
+        // standby's registration with the request's priority and ttl, younger than half its
+        // ttl, computed here and not by the domain.
+        let kept = !expected.refreshed;
+        if kept {
+            let fresh = registered_before.as_ref().is_some_and(|c| {
+                let age = now - c.last_seen.as_micros();
+                c.priority == priority
+                    && micros(c.ttl) == micros(ttl)
+                    && age >= 0
+                    && age.saturating_mul(2) < micros(c.ttl)
+            });
+            prop_assert!(
+                self.reference.keeps_fresh && !holds && fresh,
+                "a registration was kept that must be refreshed"
+            );
+            prop_assert!(
+                expected.pruned.is_empty(),
+                "a kept registration pruned others"
+            );
+            self.report.coverage.kept_fresh += 1;
+        } else if let Some(c) = &registered_before {
+            let age = now - c.last_seen.as_micros();
+            self.report.coverage.refreshed_at_half_ttl += u64::from(
+                self.reference.keeps_fresh
+                    && !holds
+                    && c.priority == priority
+                    && micros(c.ttl) == micros(ttl)
+                    && age.saturating_mul(2) == micros(c.ttl),
+            );
+        }
         for c in stored.contenders.values() {
             if c.owner == self.owners[who] {
-                prop_assert_eq!(c.last_seen.as_micros(), now, "registration not refreshed");
+                if kept {
+                    prop_assert_eq!(Some(c), registered_before.as_ref(), "a kept one changed");
+                } else {
+                    prop_assert_eq!(c.last_seen.as_micros(), now, "registration not refreshed");
+                }
                 prop_assert_eq!(c.priority, priority);
                 prop_assert_eq!(micros(c.ttl), micros(ttl));
-            } else {
+            } else if !kept {
                 prop_assert!(
                     now < c.last_seen.as_micros() + micros(c.ttl),
                     "a stale registration of {} survived a request",

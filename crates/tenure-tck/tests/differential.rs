@@ -89,3 +89,113 @@ fn an_off_by_one_at_expiry_is_caught_with_a_minimal_case() {
         "{mismatch}"
     );
 }
+
+#[test]
+fn the_domain_keeping_fresh_registrations_passes_and_reaches_both_sides_of_half_a_ttl() {
+    let mut lazy = Reference::keeping_fresh_registrations();
+    let report = match check_decisions_with(Config::with_cases(256), &mut lazy) {
+        Ok(report) => report,
+        Err(mismatch) => panic!("{mismatch}"),
+    };
+    assert!(report.coverage.kept_fresh > 0, "{:?}", report.coverage);
+    assert!(
+        report.coverage.refreshed_at_half_ttl > 0,
+        "{:?}",
+        report.coverage
+    );
+}
+
+/// A system that keeps a fresh registration as the lazy rule says, but tells the check it
+/// refreshes at every request: the check must notice the registrations it did not write.
+struct KeepsButSaysNot(Reference);
+
+/// A system that keeps a standby's registration up to and including half its ttl
+/// (`2 × age <= ttl` instead of `<`): it is the lazy reference, consulted one microsecond
+/// early at that instant.
+struct KeepsAtHalfTtl(Reference);
+
+macro_rules! delegate_release_and_observe {
+    () => {
+        fn release(
+            &mut self,
+            lease_name: &LeaseName,
+            owner: &Owner,
+            now: Timestamp,
+        ) -> Result<bool, BoxError> {
+            self.0.release(lease_name, owner, now)
+        }
+
+        fn observe(
+            &mut self,
+            lease_name: &LeaseName,
+            now: Timestamp,
+        ) -> Result<Observed, BoxError> {
+            self.0.observe(lease_name, now)
+        }
+    };
+}
+
+impl DecisionSystem for KeepsButSaysNot {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        self.0.request(request, now)
+    }
+
+    delegate_release_and_observe!();
+}
+
+impl DecisionSystem for KeepsAtHalfTtl {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        let observed = self.0.observe(&request.lease_name, now)?;
+        let holder = observed.record.as_ref().map(|l| &l.owner);
+        let standby = holder.is_some_and(|h| *h != request.owner);
+        let stored = observed.stored_contenders.unwrap_or_default();
+        let at_half = standby
+            && stored.iter().any(|c| {
+                c.owner == request.owner
+                    && c.ttl == request.ttl
+                    && c.priority == request.priority
+                    && now.saturating_duration_since(c.last_seen) * 2 == c.ttl
+            });
+        let at = if at_half {
+            now.saturating_sub(Duration::from_micros(1))
+        } else {
+            now
+        };
+        self.0.request(request, at)
+    }
+
+    delegate_release_and_observe!();
+
+    fn keeps_fresh_registrations(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn registrations_kept_but_not_declared_are_caught() {
+    let mut system = KeepsButSaysNot(Reference::keeping_fresh_registrations());
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
+        panic!("the check passed a system that keeps registrations it says it refreshes");
+    };
+    eprintln!("{mismatch}");
+    assert!(mismatch.case.is_some(), "{mismatch}");
+}
+
+#[test]
+fn a_registration_kept_at_exactly_half_its_ttl_is_caught() {
+    let mut system = KeepsAtHalfTtl(Reference::keeping_fresh_registrations());
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
+        panic!("the check passed a system that keeps a registration at half its ttl");
+    };
+    eprintln!("{mismatch}");
+    let case = mismatch.case.clone().expect("a failing case, shrunk");
+    assert!(case.steps.len() <= 6, "not shrunk: {case}");
+}

@@ -47,6 +47,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0007_lease_notifications.sql",
         include_str!("../../migrations/0007_lease_notifications.sql"),
     ),
+    (
+        "0008_lease_functions_v3.sql",
+        include_str!("../../migrations/0008_lease_functions_v3.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -107,6 +111,7 @@ mod tests {
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_lease_contenders"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v1"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v2"));
+        assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v3"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_release_lease_v1"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_events"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_event_keys"));

@@ -188,7 +188,8 @@ mod tests {
                 "tenure_fence_v1",
                 "tenure_request_lease_v2",
                 "tenure_notify_lease_v1",
-                "tenure_notify_contender_v1"
+                "tenure_notify_contender_v1",
+                "tenure_request_lease_v3"
             ]
         );
         for (name, body) in &bodies {
