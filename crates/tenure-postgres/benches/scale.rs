@@ -34,7 +34,7 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_pg_test::PrefixGuard;
@@ -50,12 +50,28 @@ const WINDOW: Duration = Duration::from_secs(10);
 const FLOOR_ROWS: i32 = 1000;
 const FLOOR_CALLERS: i32 = 8;
 
-/// What the contenders of one step saw in the measured window.
-#[derive(Default)]
-struct Window {
-    answered: Vec<Duration>,
-    timeouts: u64,
-    errors: u64,
+/// Overload: how long the offered load stays at 2x or 3x, and how long is watched after.
+const OVERLOAD: Duration = Duration::from_secs(30);
+const AFTER: Duration = Duration::from_secs(10);
+/// The pool of the storage under test.
+const POOL: usize = 8;
+
+/// One call of a contender: when it was sent, and how it ended.
+#[derive(Clone, Copy)]
+struct Call {
+    sent: tokio::time::Instant,
+    /// The latency, when it was answered within the call bound.
+    answered: Option<Duration>,
+    /// It failed with an error (neither answered nor timed out).
+    error: bool,
+    /// The contender held the lease at its previous answer: a renewal.
+    renewal: bool,
+}
+
+impl Call {
+    fn failed(&self) -> bool {
+        self.answered.is_none()
+    }
 }
 
 struct Step {
@@ -140,84 +156,183 @@ async fn floor(pool: &deadpool_postgres::Pool, update: &str) -> f64 {
     done as f64 / started.elapsed().as_secs_f64()
 }
 
-/// One contender: a request a second, from `start`, until `end`; what fell in the window.
+/// One contender: a request a second, from `start` until `end`, each inside the call bound, as
+/// `LeaderElector` calls; every call, logged.
 async fn contend(
     storage: Arc<PostgresEventStorage>,
     request: LeaseRequest,
     start: tokio::time::Instant,
     end: tokio::time::Instant,
-    window: Arc<Mutex<Window>>,
-) {
-    // The window is the same for every contender: from one ttl after the first start.
-    let measured_from = end - WINDOW;
+) -> Vec<Call> {
     let mut next = start;
-    let mut seen = Window::default();
+    let mut calls = Vec::new();
+    let mut leads = false;
     while next < end {
         tokio::time::sleep_until(next).await;
         let sent = tokio::time::Instant::now();
         let outcome = tokio::time::timeout(CALL_BOUND, storage.request_lease(&request)).await;
-        if sent >= measured_from {
-            match outcome {
-                Ok(Ok(_)) => seen.answered.push(sent.elapsed()),
-                Ok(Err(_)) => seen.errors += 1,
-                Err(_) => seen.timeouts += 1,
+        let renewal = leads;
+        let (answered, error) = match outcome {
+            Ok(Ok(response)) => {
+                leads = response.status.holds_lease();
+                (Some(sent.elapsed()), false)
             }
-        }
+            Ok(Err(_)) => (None, true),
+            Err(_) => (None, false),
+        };
+        calls.push(Call {
+            sent,
+            answered,
+            error,
+            renewal,
+        });
         next += POLL;
     }
-    let mut window = window.lock().unwrap();
-    window.answered.extend(seen.answered);
-    window.timeouts += seen.timeouts;
-    window.errors += seen.errors;
+    calls
 }
 
-async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
-    let storage = Arc::new(
+/// The storage under test: the default settings, a pool of [`POOL`].
+async fn storage(url: &str, prefix: &str) -> Arc<PostgresEventStorage> {
+    Arc::new(
         PostgresEventStorage::builder()
             .url(url)
             .prefix(prefix)
-            .pool_size(8)
+            .pool_size(POOL)
             .build()
             .await
             .unwrap(),
-    );
-    let before = sessions(admin).await;
-    let window = Arc::new(Mutex::new(Window::default()));
-    let at = tokio::time::Instant::now() + Duration::from_millis(100);
-    let end = at + WARM_UP + WINDOW;
+    )
+}
+
+/// Spawns `CONTENDERS` contenders on each of `leases` leases named `{name}-{n}`, all between
+/// `at` and `end`, each starting at its own phase within the first poll interval.
+fn spawn_contenders(
+    storage: &Arc<PostgresEventStorage>,
+    name: &str,
+    leases: usize,
+    at: tokio::time::Instant,
+    end: tokio::time::Instant,
+) -> Vec<tokio::task::JoinHandle<Vec<Call>>> {
     // A fixed sequence of phases (a Weyl sequence over the poll interval): reproducible.
     let phase = |n: usize| POLL.mul_f64((n as f64 * 0.618_033_988_75).fract());
-    let tasks: Vec<_> = (0..leases)
+    (0..leases)
         .flat_map(|lease| (0..CONTENDERS).map(move |c| (lease, c)))
         .map(|(lease, c)| {
+            let request = LeaseRequest::new(format!("{name}-{lease}"), format!("c{c}"), 0, TTL);
             let start = at + phase(lease * CONTENDERS + c);
-            let request =
-                LeaseRequest::new(format!("scale-{leases}-{lease}"), format!("c{c}"), 0, TTL);
-            tokio::spawn(contend(
-                Arc::clone(&storage),
-                request,
-                start,
-                end,
-                Arc::clone(&window),
-            ))
+            tokio::spawn(contend(Arc::clone(storage), request, start, end))
         })
-        .collect();
+        .collect()
+}
+
+async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<Call>>>) -> Vec<Call> {
+    let mut calls = Vec::new();
     for task in tasks {
-        task.await.unwrap();
+        calls.extend(task.await.unwrap());
     }
+    calls
+}
+
+async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
+    let storage = storage(url, prefix).await;
+    let before = sessions(admin).await;
+    let at = tokio::time::Instant::now() + Duration::from_millis(100);
+    let end = at + WARM_UP + WINDOW;
+    let calls = joined(spawn_contenders(
+        &storage,
+        &format!("scale-{leases}"),
+        leases,
+        at,
+        end,
+    ))
+    .await;
     let opened = sessions(admin).await - before;
     storage.close().await.unwrap();
-    let mut window = std::mem::take(&mut *window.lock().unwrap());
-    window.answered.sort_unstable();
+    // The window is the same for every contender: from one ttl after the first start.
+    let window: Vec<&Call> = calls.iter().filter(|c| c.sent >= end - WINDOW).collect();
+    let mut answered: Vec<Duration> = window.iter().filter_map(|c| c.answered).collect();
+    answered.sort_unstable();
+    let errors = window.iter().filter(|c| c.error).count() as u64;
     let wanted = (leases * CONTENDERS) as f64 * (WINDOW.as_secs_f64() / POLL.as_secs_f64());
     Step {
         leases,
         wanted_per_s: wanted / WINDOW.as_secs_f64(),
-        answered_per_s: window.answered.len() as f64 / WINDOW.as_secs_f64(),
-        p50: percentile(&window.answered, 0.5),
-        p99: percentile(&window.answered, 0.99),
-        timeouts: window.timeouts,
-        errors: window.errors,
+        answered_per_s: answered.len() as f64 / WINDOW.as_secs_f64(),
+        p50: percentile(&answered, 0.5),
+        p99: percentile(&answered, 0.99),
+        timeouts: window.len() as u64 - answered.len() as u64 - errors,
+        errors,
+        sessions: opened,
+    }
+}
+
+/// What one overload run showed.
+struct Overload {
+    factor: usize,
+    offered_per_s: f64,
+    /// Calls answered in time, per second of the overload (by the second they were sent).
+    goodput: Vec<f64>,
+    /// Renewals (a call by an owner that led at its previous answer) during the overload:
+    /// answered in time, of all.
+    renewals: (usize, usize),
+    /// From the end of the overload to the sending of the last call that failed after it (zero
+    /// when none did).
+    recovery: Duration,
+    sessions: i64,
+}
+
+/// `leases` leases × 3 contenders for a ttl, then `factor - 1` times as many more (leases of
+/// their own, starting within one second: a deploy, a restart) for [`OVERLOAD`], then the
+/// first ones alone again for [`AFTER`]; on one storage.
+async fn overload(
+    url: &str,
+    prefix: &str,
+    leases: usize,
+    factor: usize,
+    admin: &tokio_postgres::Client,
+) -> Overload {
+    let storage = storage(url, prefix).await;
+    let before = sessions(admin).await;
+    let at = tokio::time::Instant::now() + Duration::from_millis(100);
+    let (from, to) = (at + WARM_UP, at + WARM_UP + OVERLOAD);
+    let name = format!("overload-{factor}x");
+    let base = spawn_contenders(&storage, &format!("{name}-base"), leases, at, to + AFTER);
+    let extra = spawn_contenders(
+        &storage,
+        &format!("{name}-extra"),
+        leases * (factor - 1),
+        from,
+        to,
+    );
+    let (base, extra) = (joined(base).await, joined(extra).await);
+    let opened = sessions(admin).await - before;
+    storage.close().await.unwrap();
+    let during = |c: &&Call| c.sent >= from && c.sent < to;
+    let mut goodput = vec![0.0; OVERLOAD.as_secs() as usize];
+    for c in base.iter().chain(&extra).filter(during) {
+        if c.answered.is_some() {
+            goodput[(c.sent - from).as_secs() as usize] += 1.0;
+        }
+    }
+    let renewals: Vec<&Call> = base
+        .iter()
+        .chain(&extra)
+        .filter(during)
+        .filter(|c| c.renewal)
+        .collect();
+    let renewed = renewals.iter().filter(|c| c.answered.is_some()).count();
+    let recovery = base
+        .iter()
+        .filter(|c| c.sent >= to && c.failed())
+        .map(|c| c.sent - to)
+        .max()
+        .unwrap_or_default();
+    Overload {
+        factor,
+        offered_per_s: (leases * factor * CONTENDERS) as f64 / POLL.as_secs_f64(),
+        goodput,
+        renewals: (renewed, renewals.len()),
+        recovery,
         sessions: opened,
     }
 }
@@ -297,6 +412,50 @@ fn main() {
                     mid
                 }
             };
+        }
+        // Overload at 2x and 3x the rate sustained, and back (issue 13's last targets).
+        if let Some(b) = &best {
+            println!();
+            println!(
+                "overload: {} leases x {CONTENDERS} sustained ({:.0} calls/s); {}x and {}x that offered \
+                 for {} s, then back",
+                b.leases,
+                b.answered_per_s,
+                2,
+                3,
+                OVERLOAD.as_secs()
+            );
+            for factor in [2, 3] {
+                let o = overload(&server.url, &prefix, b.leases, factor, &admin).await;
+                vacuum(
+                    &admin,
+                    &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
+                )
+                .await;
+                let least = o.goodput.iter().copied().fold(f64::INFINITY, f64::min);
+                let mean = o.goodput.iter().sum::<f64>() / o.goodput.len() as f64;
+                let goodput_ok = least >= 0.9 * b.answered_per_s;
+                let sessions_ok = o.sessions <= POOL as i64 + 2;
+                let recovery_ok = o.recovery <= Duration::from_secs(2);
+                println!(
+                    "{}x: offered {:.0}/s; goodput per second least {least:.0}, mean {mean:.0} \
+                     (least / sustained = {:.2}x, target >= 0.90x: {}); renewals in time {} of {}; \
+                     sessions opened {} (target <= pool {POOL} + 2: {}); last failure {} ms after \
+                     the load dropped (target <= 2000 ms: {})",
+                    o.factor,
+                    o.offered_per_s,
+                    least / b.answered_per_s,
+                    if goodput_ok { "met" } else { "MISSED" },
+                    o.renewals.0,
+                    o.renewals.1,
+                    o.sessions,
+                    if sessions_ok { "met" } else { "MISSED" },
+                    o.recovery.as_millis(),
+                    if recovery_ok { "met" } else { "MISSED" },
+                );
+                let per_second: Vec<String> = o.goodput.iter().map(|g| format!("{g:.0}")).collect();
+                println!("    goodput per second: {}", per_second.join(" "));
+            }
         }
         let floor_after = floor(&pool, &update).await;
         let floor = (floor_before + floor_after) / 2.0;
