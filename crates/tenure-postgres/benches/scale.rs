@@ -19,6 +19,15 @@
 //!   not sustained, then two steps of bisection between the last sustained and the first not
 //!   (to the nearest 250).
 //!
+//! * **overload**: with N the largest sustained, N leases × 3 contenders for a ttl, then
+//!   (factor − 1) × N leases × 3 more (leases of their own, all starting within one second, as
+//!   after a deploy) for 30 s, then the first N alone again for 10 s, on one storage, for
+//!   factors 2 and 3. It prints the goodput (calls answered within the bound) of each second of
+//!   the overload, its least against the rate sustained (target ≥ 0.9x), the renewals answered
+//!   in time (a renewal: a call by a contender that led at its previous answer), the sessions
+//!   opened (target ≤ the pool + 2), and when the last call failed after the load dropped
+//!   (target ≤ 2 s).
+//!
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
 //! the server sessions opened (`pg_stat_database.sessions`); then the largest N sustained, its
 //! lease calls/s, and their ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own
