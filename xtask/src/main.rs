@@ -456,19 +456,25 @@ fn existing_backends() -> impl Iterator<Item = &'static Backend> {
     })
 }
 
-/// The processor benchmark three times: the feature off, on without a recorder, on with the
-/// Prometheus recorder `tenure run --metrics-listen` installs.
+/// The processor benchmark built three ways: the feature off, on without a recorder, on with
+/// the Prometheus recorder `tenure run --metrics-listen` installs; three passes over the
+/// three, so that a change of the machine's speed during the run shows as such (the builds
+/// cannot share one process, so their rounds cannot be interleaved more finely).
 fn bench_metrics() -> Result<(), String> {
     let bench = ["bench", "-p", "tenure-election", "--bench", "processor"];
-    cargo::run(&bench)?;
-    cargo::run(&[&bench[..], &["--features", "metrics"]].concat())?;
-    cargo::run(
-        &[
-            &bench[..],
-            &["--features", "metrics", "--", "--with-recorder"],
-        ]
-        .concat(),
-    )
+    for pass in 1..=3 {
+        step(&format!("pass {pass} of 3"));
+        cargo::run(&bench)?;
+        cargo::run(&[&bench[..], &["--features", "metrics"]].concat())?;
+        cargo::run(
+            &[
+                &bench[..],
+                &["--features", "metrics", "--", "--with-recorder"],
+            ]
+            .concat(),
+        )?;
+    }
+    Ok(())
 }
 
 fn step(name: &str) {

@@ -265,8 +265,9 @@ impl Campaign {
     /// Sends one request and waits for its answer (at most the call timeout). Leadership
     /// lapses at its deadline even while the call hangs.
     async fn request_once(&self) -> Answer {
+        let figures = metrics::CallFigures::new("request_lease");
         let call = observe::storage_call(
-            "request_lease",
+            &figures,
             (
                 self.config.lease_name(),
                 self.config.owner(),
@@ -410,7 +411,7 @@ impl Campaign {
             return Ok(());
         }
         let result = match observe::storage_call(
-            "release_lease",
+            &metrics::CallFigures::new("release_lease"),
             (lease, owner, previous.leader_token()),
             self.config.call_timeout(),
             self.storage.release_lease(lease.as_str(), owner.as_str()),

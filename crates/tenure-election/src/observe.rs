@@ -41,15 +41,16 @@ pub(crate) fn release_span(lease: &LeaseName, owner: &Owner, token: Option<Fenci
     )
 }
 
-/// Makes one storage call named `op` for (`lease`, `owner`, `token`), bounded by `limit`, in
-/// a `storage_call` span, and records its outcome. A call dropped before it answers (its
-/// caller gave up on it) is not recorded.
+/// Makes one storage call of `figures`' operation for (`lease`, `owner`, `token`), bounded by
+/// `limit`, in a `storage_call` span, and records its outcome in `figures`. A call dropped
+/// before it answers (its caller gave up on it) is not recorded.
 pub(crate) async fn storage_call<T>(
-    op: &'static str,
+    figures: &metrics::CallFigures,
     (lease, owner, token): (&LeaseName, &Owner, Option<FencingToken>),
     limit: Duration,
     call: impl Future<Output = Result<T, EventStorageError>>,
 ) -> Result<Result<T, EventStorageError>, Elapsed> {
+    let op = figures.op();
     let span = trace_span!(
         "storage_call",
         op,
@@ -59,13 +60,10 @@ pub(crate) async fn storage_call<T>(
     );
     let sent = Instant::now();
     let answer = timeout(limit, call).instrument(span).await;
-    metrics::storage_call(
-        op,
-        match &answer {
-            Ok(Ok(_)) => Ok(sent.elapsed()),
-            Ok(Err(error)) => Err(metrics::error_kind(error)),
-            Err(_) => Err(metrics::TIMEOUT),
-        },
-    );
+    figures.record(match &answer {
+        Ok(Ok(_)) => Ok(sent.elapsed()),
+        Ok(Err(error)) => Err(metrics::error_kind(error)),
+        Err(_) => Err(metrics::TIMEOUT),
+    });
     answer
 }

@@ -415,8 +415,10 @@ impl<P: Projection> Processor<P> {
         stop: &mut Stop<'_, S>,
         bookmarked: &mut Option<EventPosition>,
     ) -> Result<TenureEnd, ProcessorError<P::Error>> {
+        // Looked up once per tenure, not per batch (see `crate::metrics`).
+        let figures = metrics::ProcessorFigures::new(self.core.config.reader());
         let end = loop {
-            match self.pass(lease, stop, bookmarked).await? {
+            match self.pass(lease, stop, bookmarked, &figures).await? {
                 Pass::End(end) => break end,
                 Pass::Unconfirmed => {
                     if let Some(end) = self.core.pause(lease, stop).await {
@@ -445,11 +447,16 @@ impl<P: Projection> Processor<P> {
         lease: &LeaderLease,
         stop: &mut Stop<'_, S>,
         bookmarked: &mut Option<EventPosition>,
+        figures: &metrics::ProcessorFigures,
     ) -> Result<Pass, ProcessorError<P::Error>> {
         let (core, projection) = (&self.core, &mut self.projection);
         let reader = core.config.reader();
         let bookmark = core.storage.get_bookmark(reader);
-        let mut after = match core.call(lease, "get_bookmark", bookmark).await?.done() {
+        let mut after = match core
+            .call(lease, &figures.get_bookmark, bookmark)
+            .await?
+            .done()
+        {
             Ok(bookmark) => bookmark.map(|b| b.position),
             Err(pass) => return Ok(pass),
         };
@@ -468,7 +475,7 @@ impl<P: Projection> Processor<P> {
             let read = core
                 .storage
                 .read_events(core.config.query(), core.config.read_options(after));
-            let events = match core.call(lease, "read_events", read).await?.done() {
+            let events = match core.call(lease, &figures.read_events, read).await?.done() {
                 Ok(events) => events,
                 Err(pass) => return Ok(pass),
             };
@@ -488,7 +495,7 @@ impl<P: Projection> Processor<P> {
                 } else {
                     core.storage.bookmark(reader, last, tags)
                 };
-                if let Err(pass) = core.call(lease, "bookmark", write).await?.done() {
+                if let Err(pass) = core.call(lease, &figures.bookmark, write).await?.done() {
                     return Ok(pass);
                 }
                 emit!(
@@ -499,7 +506,7 @@ impl<P: Projection> Processor<P> {
                     position = last.get(),
                     "bookmark moved"
                 );
-                metrics::projected(reader, tally.0, tally.1);
+                figures.projected(tally.0, tally.1);
                 after = Some(last);
                 *bookmarked = after;
             }
@@ -628,11 +635,12 @@ impl Core {
     async fn call<T, E>(
         &self,
         lease: &LeaderLease,
-        operation: &'static str,
+        figures: &metrics::CallFigures,
         call: impl Future<Output = Result<T, EventStorageError>>,
     ) -> Result<Outcome<T>, ProcessorError<E>> {
+        let operation = figures.op();
         let target = (lease.lease_name(), lease.owner(), Some(lease.token()));
-        let call = observe::storage_call(operation, target, self.config.call_timeout(), call);
+        let call = observe::storage_call(figures, target, self.config.call_timeout(), call);
         let error = match lease.until_lost(call).await {
             Err(_) => return Ok(Outcome::Ended),
             Ok(Ok(Ok(value))) => return Ok(Outcome::Done(value)),
