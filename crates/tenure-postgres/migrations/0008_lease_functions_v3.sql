@@ -146,34 +146,27 @@ BEGIN
          WHERE c.lease_name = p_lease_name;
     END IF;
 
-    IF o_transition = 'standby' AND v_flags & 16 <> 0 THEN
-        -- Rule 1, lazily: the caller's registration is fresh and says what this request says;
-        -- nothing is written (no write, no flush of the log), nothing is pruned.
-        o_status := 'standby';
-        o_owner := v_lease.owner;
-        o_priority := v_lease.priority;
-        o_fencing_token := v_lease.fencing_token;
-        o_acquired_at := v_lease.acquired_at;
-        o_heartbeat_at := v_lease.heartbeat_at;
-        o_ttl_micros := v_lease.ttl_micros;
-    ELSIF o_transition = 'standby' THEN
+    IF o_transition = 'standby' THEN
         -- Rule 1 for a contender that stands by: its row (and the flag that says rows exist),
-        -- then rule 7.
-        INSERT INTO {{prefix}}lease_contenders AS c
-               (lease_name, owner, priority, last_seen, ttl_micros)
-        VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
-        ON CONFLICT (lease_name, owner) DO UPDATE
-           SET priority = excluded.priority,
-               last_seen = excluded.last_seen,
-               ttl_micros = excluded.ttl_micros;
-        IF NOT v_has_contenders THEN
-            UPDATE {{prefix}}leases SET has_contenders = true WHERE lease_name = p_lease_name;
-        END IF;
-        IF v_flags & 2 <> 0 THEN
-            DELETE FROM {{prefix}}lease_contenders c
-             WHERE c.lease_name = p_lease_name
-               AND c.owner <> p_owner
-               AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now;
+        -- then rule 7; unless its registration is fresh and says what this request says
+        -- (bit 16): then nothing is written (no write, no flush of the log), nothing pruned.
+        IF v_flags & 16 = 0 THEN
+            INSERT INTO {{prefix}}lease_contenders AS c
+                   (lease_name, owner, priority, last_seen, ttl_micros)
+            VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
+            ON CONFLICT (lease_name, owner) DO UPDATE
+               SET priority = excluded.priority,
+                   last_seen = excluded.last_seen,
+                   ttl_micros = excluded.ttl_micros;
+            IF NOT v_has_contenders THEN
+                UPDATE {{prefix}}leases SET has_contenders = true WHERE lease_name = p_lease_name;
+            END IF;
+            IF v_flags & 2 <> 0 THEN
+                DELETE FROM {{prefix}}lease_contenders c
+                 WHERE c.lease_name = p_lease_name
+                   AND c.owner <> p_owner
+                   AND c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now;
+            END IF;
         END IF;
         o_status := 'standby';
         o_owner := v_lease.owner;

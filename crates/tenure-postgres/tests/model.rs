@@ -226,16 +226,9 @@ fn v3_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
     sql_decisions_match_the_domain(PostgresDriver::Sqlx09, true);
 }
 
-/// The renewal's liveness test in the shipped function, and its off-by-one: `<=` lets the
-/// holder renew at the very microsecond its lease expires, where the domain says the lease is
-/// expired (a new tenure, a new token).
-const LIVE: &str = "AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
-const OFF_BY_ONE: &str = "AND v_now <= l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
-
-#[test]
-fn the_check_catches_an_off_by_one_at_expiry() {
-    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    let function = format!("{}request_lease_v1", guard.prefix());
+/// Replaces the one occurrence of `shipped` in `function`'s definition with `broken`, for a
+/// negative control; `moved` is the failure message when `shipped` is not found exactly once.
+fn break_function(sql: &Sql, function: &str, shipped: &str, broken: &str, moved: &str) {
     sql.runtime.block_on(async {
         let definition: String = sql
             .admin
@@ -246,16 +239,31 @@ fn the_check_catches_an_off_by_one_at_expiry() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(
-            definition.matches(LIVE).count(),
-            1,
-            "the renewal's liveness test moved: update the negative control"
-        );
+        assert_eq!(definition.matches(shipped).count(), 1, "{moved}");
         sql.admin
-            .batch_execute(&definition.replace(LIVE, OFF_BY_ONE))
+            .batch_execute(&definition.replace(shipped, broken))
             .await
             .unwrap();
     });
+}
+
+/// The renewal's liveness test in the shipped function, and its off-by-one: `<=` lets the
+/// holder renew at the very microsecond its lease expires, where the domain says the lease is
+/// expired (a new tenure, a new token).
+const LIVE: &str = "AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+const OFF_BY_ONE: &str = "AND v_now <= l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+
+#[test]
+fn the_check_catches_an_off_by_one_at_expiry() {
+    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
+    let function = format!("{}request_lease_v1", guard.prefix());
+    break_function(
+        &sql,
+        &function,
+        LIVE,
+        OFF_BY_ONE,
+        "the renewal's liveness test moved: update the negative control",
+    );
     let mismatch =
         differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
             .expect_err("the check passed a function that renews an expired lease");
@@ -283,26 +291,13 @@ fn the_check_catches_a_registration_kept_at_half_its_ttl() {
     let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
     sql.v3_implied = true;
     let function = format!("{}request_lease_v3", guard.prefix());
-    sql.runtime.block_on(async {
-        let definition: String = sql
-            .admin
-            .query_one(
-                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
-                &[&function],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(
-            definition.matches(FRESH).count(),
-            1,
-            "the fresh registration's bound moved: update the negative control"
-        );
-        sql.admin
-            .batch_execute(&definition.replace(FRESH, FRESH_OFF_BY_ONE))
-            .await
-            .unwrap();
-    });
+    break_function(
+        &sql,
+        &function,
+        FRESH,
+        FRESH_OFF_BY_ONE,
+        "the fresh registration's bound moved: update the negative control",
+    );
     let mismatch =
         differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
             .expect_err("the check passed a function that keeps a registration at half its ttl");
@@ -593,26 +588,13 @@ const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micr
 fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
     let (sql, guard) = Sql::new(PostgresDriver::Deadpool);
     let function = format!("{}request_lease_v3", guard.prefix());
-    sql.runtime.block_on(async {
-        let definition: String = sql
-            .admin
-            .query_one(
-                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
-                &[&function],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(
-            definition.matches(SEEN_FOR_TTL).count(),
-            1,
-            "the sighting's bound moved: update the negative control"
-        );
-        sql.admin
-            .batch_execute(&definition.replace(SEEN_FOR_TTL, SEEN_FOR_TTL_OFF_BY_ONE))
-            .await
-            .unwrap();
-    });
+    break_function(
+        &sql,
+        &function,
+        SEEN_FOR_TTL,
+        SEEN_FOR_TTL_OFF_BY_ONE,
+        "the sighting's bound moved: update the negative control",
+    );
     let error = check_sighted(&sql, 256)
         .expect_err("the check passed a function that takes over a ttl less one microsecond");
     assert!(error.contains("disagree"), "{error}");
