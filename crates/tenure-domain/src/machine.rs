@@ -150,6 +150,54 @@ impl RequestOutcome {
         }
         self
     }
+
+    /// The same decision for a backend that leaves the other registrations alone on a renewal
+    /// that none of them can challenge (rule 7, lazily): when the caller renews its live lease
+    /// and no stored registration of another owner (among `contenders`, what was passed to the
+    /// decision), live or lapsed, has a priority above the request's, nothing is pruned. The
+    /// answer is the same either way: such a renewal is [`LeaseStatus::Leader`], whatever the
+    /// registrations' liveness.
+    ///
+    /// A database server can then answer the common renewal (a holder among standbys of its
+    /// own priority) from the lease record alone, with an upper bound of the registrations'
+    /// priorities kept beside it, instead of reading every registration at every renewal. The
+    /// registry stays bounded: a lapsed registration is pruned by the next request that reads
+    /// the registrations (any standby's refresh, any acquisition, a renewal that a
+    /// registration could challenge), and every new contender's first request is one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tenure_domain::{decide_request, LeaseRequest, LeaseStatus, Timestamp};
+    /// let a = LeaseRequest::new("jobs", "a", 5, Duration::from_secs(30)).validate().unwrap();
+    /// let b = LeaseRequest::new("jobs", "b", 5, Duration::from_secs(1)).validate().unwrap();
+    /// let held = decide_request(None, &[], &a, Timestamp::from_micros(0)).unwrap();
+    /// let standby = decide_request(Some(held.record()), &[], &b, Timestamp::from_micros(0)).unwrap();
+    /// let registered = [standby.contender];
+    /// // Two seconds later b's registration has lapsed; a's renewal leaves it alone.
+    /// let at = Timestamp::from_micros(2_000_000);
+    /// let renewal = decide_request(Some(held.record()), &registered, &a, at).unwrap();
+    /// assert_eq!(renewal.pruned.len(), 1);
+    /// let spared = renewal.sparing_registrations_on_unchallenged_renewal(&registered);
+    /// assert!(spared.pruned.is_empty());
+    /// assert_eq!(spared.response.status, LeaseStatus::Leader);
+    /// ```
+    #[must_use]
+    pub fn sparing_registrations_on_unchallenged_renewal(
+        mut self,
+        contenders: &[Contender],
+    ) -> Self {
+        if self.transition != Transition::Renewed {
+            return self;
+        }
+        let holder = &self.response.lease;
+        let challenged = contenders
+            .iter()
+            .any(|c| c.owner != holder.owner && c.priority > holder.priority);
+        if !challenged {
+            self.pruned.clear();
+        }
+        self
+    }
 }
 
 /// The decision on one release.
@@ -635,6 +683,44 @@ mod tests {
                 assert!(writes < 40, "interval {interval}: written at every request");
             }
         }
+    }
+
+    #[test]
+    fn an_unchallenged_renewal_spares_the_registrations_and_a_challenged_one_prunes() {
+        let a = req("a", 5, 1_000);
+        let lease = decide_request(None, &[], &a, at(0)).unwrap().response.lease;
+        let lapsed = |owner: &str, priority: i64| {
+            let request = req(owner, priority, 10);
+            decide_request(Some(&lease), &[], &request, at(0))
+                .unwrap()
+                .contender
+        };
+        let renew = |registered: &[Contender], request: &ValidLeaseRequest| {
+            decide_request(Some(&lease), registered, request, at(100)).unwrap()
+        };
+        let spare = |registered: &[Contender], request: &ValidLeaseRequest| {
+            renew(registered, request).sparing_registrations_on_unchallenged_renewal(registered)
+        };
+        // Equal and lower priorities, lapsed: left alone, and the answer does not change.
+        let low = [lapsed("b", 5), lapsed("c", -1)];
+        let eager = renew(&low, &a);
+        assert_eq!(eager.pruned.len(), 2);
+        let spared = spare(&low, &a);
+        assert!(spared.pruned.is_empty());
+        assert_eq!(spared.response, eager.response);
+        assert_eq!(spared.response.status, LeaseStatus::Leader);
+        // A lapsed registration above the request's priority (the holder lowered its own, or
+        // an outranking standby went away): it could challenge, so everything is pruned.
+        let lowered = req("a", 4, 1_000);
+        assert_eq!(spare(&low, &lowered).pruned.len(), 2);
+        let high = [lapsed("b", 5), lapsed("d", 6)];
+        assert_eq!(spare(&high, &a).pruned.len(), 2);
+        // Only renewals: an acquisition prunes as always.
+        let expired = decide_request(Some(&lease), &low, &a, at(2_000))
+            .unwrap()
+            .sparing_registrations_on_unchallenged_renewal(&low);
+        assert_eq!(expired.transition, Transition::Reacquired);
+        assert_eq!(expired.pruned.len(), 2);
     }
 
     #[test]

@@ -29,7 +29,15 @@
 //! ([`Step::PollAtHalfTtl`]) must reach a kept registration and a refresh at exactly half a
 //! ttl.
 //!
+//! A system that answers an unchallenged renewal without reading the registrations (a database
+//! server keeping an upper bound of their priorities on the lease record) leaves the lapsed
+//! ones for a later request to prune, and says so with
+//! [`DecisionSystem::spares_registrations_on_unchallenged_renewals`]; the reference then applies
+//! [`RequestOutcome::sparing_registrations_on_unchallenged_renewal`] too, and the generator
+//! must reach such a renewal with a lapsed registration left in place.
+//!
 //! [`RequestOutcome::keeping_fresh_registration`]: tenure_ports::domain::RequestOutcome::keeping_fresh_registration
+//! [`RequestOutcome::sparing_registrations_on_unchallenged_renewal`]: tenure_ports::domain::RequestOutcome::sparing_registrations_on_unchallenged_renewal
 //!
 //! Besides the comparison, the check asserts the contract's invariants on every answer (one
 //! live holder, tokens that start at 1 and grow by one per new tenure, standby answers carrying
@@ -88,6 +96,17 @@ pub trait DecisionSystem {
     ///
     /// [`RequestOutcome::keeping_fresh_registration`]: tenure_ports::domain::RequestOutcome::keeping_fresh_registration
     fn keeps_fresh_registrations(&self) -> bool {
+        false
+    }
+
+    /// Whether the system leaves the other registrations alone, lapsed ones included, on a
+    /// renewal that none of them can challenge (rule 7, lazily:
+    /// [`RequestOutcome::sparing_registrations_on_unchallenged_renewal`]); the reference then
+    /// decides the same way, and the check requires its generator to reach such a renewal with
+    /// a lapsed registration left in place. `false` unless overridden.
+    ///
+    /// [`RequestOutcome::sparing_registrations_on_unchallenged_renewal`]: tenure_ports::domain::RequestOutcome::sparing_registrations_on_unchallenged_renewal
+    fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
         false
     }
 }
@@ -160,6 +179,8 @@ pub struct Reference {
     leases: BTreeMap<LeaseName, Stored>,
     /// Whether a standby's fresh registration is kept as it is.
     keeps_fresh: bool,
+    /// Whether an unchallenged renewal leaves the registrations alone.
+    spares_on_renewal: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -186,6 +207,17 @@ impl Reference {
         }
     }
 
+    /// This reference, also leaving the registrations alone on an unchallenged renewal (the
+    /// rule of a system whose
+    /// [`DecisionSystem::spares_registrations_on_unchallenged_renewals`] is true).
+    #[must_use]
+    pub fn sparing_registrations_on_unchallenged_renewals(self) -> Self {
+        Reference {
+            spares_on_renewal: true,
+            ..self
+        }
+    }
+
     fn decide_request(
         &mut self,
         request: &ValidLeaseRequest,
@@ -197,6 +229,9 @@ impl Reference {
             .map_err(|e| format!("decide_request failed: {e}"))?;
         if self.keeps_fresh {
             outcome = outcome.keeping_fresh_registration(&registered, now);
+        }
+        if self.spares_on_renewal {
+            outcome = outcome.sparing_registrations_on_unchallenged_renewal(&registered);
         }
         match outcome.transition.record_write() {
             RecordWrite::Insert if stored.record.is_some() => {
@@ -277,6 +312,10 @@ impl DecisionSystem for Reference {
 
     fn keeps_fresh_registrations(&self) -> bool {
         self.keeps_fresh
+    }
+
+    fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
+        self.spares_on_renewal
     }
 
     fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
@@ -531,14 +570,21 @@ pub struct Coverage {
     pub kept_fresh: u64,
     /// Registrations refreshed at exactly half their ttl (only by such a system).
     pub refreshed_at_half_ttl: u64,
+    /// Unchallenged renewals that left a lapsed registration in place (only by a system that
+    /// spares registrations on such renewals).
+    pub spared_on_renewal: u64,
 }
 
 impl Coverage {
-    fn unreached(&self, keeps_fresh: bool) -> Vec<&'static str> {
+    fn unreached(&self, keeps_fresh: bool, spares_on_renewal: bool) -> Vec<&'static str> {
         let lazily = [
             ("kept fresh", self.kept_fresh),
             ("refreshed at half ttl", self.refreshed_at_half_ttl),
         ];
+        let spared = [(
+            "lapsed registration spared by a renewal",
+            self.spared_on_renewal,
+        )];
         [
             ("created", self.created),
             ("renewed", self.renewed),
@@ -554,6 +600,7 @@ impl Coverage {
         ]
         .into_iter()
         .chain(lazily.into_iter().filter(|_| keeps_fresh))
+        .chain(spared.into_iter().filter(|_| spares_on_renewal))
         .filter(|(_, n)| *n == 0)
         .map(|(what, _)| what)
         .collect()
@@ -616,6 +663,7 @@ pub fn check_decisions_with<S: DecisionSystem>(
         ..ProptestConfig::default()
     });
     let keeps_fresh = system.keeps_fresh_registrations();
+    let spares_on_renewal = system.spares_registrations_on_unchallenged_renewals();
     let system = RefCell::new(system);
     let report = RefCell::new(Report::default());
     let played = AtomicU64::new(0);
@@ -649,7 +697,7 @@ pub fn check_decisions_with<S: DecisionSystem>(
     }
     let report = report.into_inner();
     if config.cases >= 100 {
-        let unreached = report.coverage.unreached(keeps_fresh);
+        let unreached = report.coverage.unreached(keeps_fresh, spares_on_renewal);
         if !unreached.is_empty() {
             return Err(Mismatch {
                 case: None,
@@ -705,11 +753,14 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
         report: &'a mut Report,
     ) -> Result<Self, TestCaseError> {
         report.cases += 1;
-        let reference = if system.keeps_fresh_registrations() {
+        let mut reference = if system.keeps_fresh_registrations() {
             Reference::keeping_fresh_registrations()
         } else {
             Reference::default()
         };
+        if system.spares_registrations_on_unchallenged_renewals() {
+            reference = reference.sparing_registrations_on_unchallenged_renewals();
+        }
         let owners = owner_names(case.priorities.len())
             .into_iter()
             .map(|name| Owner::new(name).map_err(|e| fail(format!("owner name: {e}"))))
@@ -798,6 +849,8 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
         let at = Timestamp::from_micros(now);
         let before = self.stored().record;
         let registered_before = self.stored().contenders.get(&self.owners[who]).cloned();
+        let registered_before_all: Vec<Contender> =
+            self.stored().contenders.values().cloned().collect();
         let expected = self.reference.decide_request(&request, at).map_err(fail)?;
         let decided = self
             .system
@@ -970,6 +1023,18 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
                     && age.saturating_mul(2) == micros(c.ttl),
             );
         }
+        // Rule 7, lazily: a renewal that no registration of another owner could challenge (none,
+        // live or lapsed, above the request's priority), by a system that spares them, leaves
+        // them all in place; computed here and not by the domain.
+        let spared = self.reference.spares_on_renewal
+            && expected.transition == Transition::Renewed
+            && registered_before_all
+                .iter()
+                .all(|c| c.owner == self.owners[who] || c.priority <= priority);
+        if spared {
+            prop_assert!(expected.pruned.is_empty(), "a spared renewal pruned");
+        }
+        let mut lapsed_spared = false;
         for c in stored.contenders.values() {
             if c.owner == self.owners[who] {
                 if kept {
@@ -979,14 +1044,17 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
                 }
                 prop_assert_eq!(c.priority, priority);
                 prop_assert_eq!(micros(c.ttl), micros(ttl));
-            } else if !kept {
+            } else if !kept && !spared {
                 prop_assert!(
                     now < c.last_seen.as_micros() + micros(c.ttl),
                     "a stale registration of {} survived a request",
                     c.owner
                 );
+            } else if spared && now >= c.last_seen.as_micros() + micros(c.ttl) {
+                lapsed_spared = true;
             }
         }
+        self.report.coverage.spared_on_renewal += u64::from(lapsed_spared);
 
         let cov = &mut self.report.coverage;
         match expected.transition {

@@ -1,10 +1,11 @@
 //! The differential check passes on a system that decides as the domain does, and catches a
 //! deliberately broken one with a minimal case.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tenure_ports::BoxError;
-use tenure_ports::domain::{LeaseName, Owner, Timestamp, ValidLeaseRequest};
+use tenure_ports::domain::{LeaseName, Owner, Timestamp, Transition, ValidLeaseRequest};
+use tenure_ports::{BoxError, Contender};
 use tenure_tck::differential::{
     Config, Decided, DecisionSystem, Observed, Reference, Step, check_decisions_with,
 };
@@ -193,6 +194,134 @@ fn a_registration_kept_at_exactly_half_its_ttl_is_caught() {
     let mut system = KeepsAtHalfTtl(Reference::keeping_fresh_registrations());
     let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
         panic!("the check passed a system that keeps a registration at half its ttl");
+    };
+    eprintln!("{mismatch}");
+    let case = mismatch.case.clone().expect("a failing case, shrunk");
+    assert!(case.steps.len() <= 6, "not shrunk: {case}");
+}
+
+#[test]
+fn the_domain_sparing_registrations_on_renewals_passes_and_reaches_a_spared_lapse() {
+    let mut lazy =
+        Reference::keeping_fresh_registrations().sparing_registrations_on_unchallenged_renewals();
+    let report = match check_decisions_with(Config::with_cases(256), &mut lazy) {
+        Ok(report) => report,
+        Err(mismatch) => panic!("{mismatch}"),
+    };
+    assert!(
+        report.coverage.spared_on_renewal > 0,
+        "{:?}",
+        report.coverage
+    );
+    assert!(report.coverage.pruned > 0, "{:?}", report.coverage);
+}
+
+/// A system that spares the registrations on an unchallenged renewal, but tells the check it
+/// prunes at every renewal: the check must notice the lapsed registrations it kept.
+struct SparesButSaysNot(Reference);
+
+impl DecisionSystem for SparesButSaysNot {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        self.0.request(request, now)
+    }
+
+    delegate_release_and_observe!();
+
+    fn keeps_fresh_registrations(&self) -> bool {
+        true
+    }
+}
+
+/// A system that spares the registrations on every renewal, challenged or not (an upper bound
+/// of the priorities that was not raised when a registration's priority rose): it says it
+/// spares only unchallenged ones. It answers as the domain does, so only what it stores
+/// differs: the check must notice a lapsed registration that could challenge, left in place.
+struct SparesEveryRenewal {
+    lazy: Reference,
+    /// The stored state of the reference that spares every renewal.
+    everything: BTreeMap<LeaseName, Vec<Contender>>,
+}
+
+impl DecisionSystem for SparesEveryRenewal {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        let before = self.lazy.observe(&request.lease_name, now)?;
+        let decided = self.lazy.request(request, now)?;
+        let mut after = self
+            .lazy
+            .observe(&request.lease_name, now)?
+            .stored_contenders
+            .unwrap_or_default();
+        if decided.transition == Some(Transition::Renewed) {
+            // Whatever the lazy reference pruned stays.
+            for c in before.stored_contenders.unwrap_or_default() {
+                if !after.iter().any(|a| a.owner == c.owner) {
+                    after.push(c);
+                }
+            }
+        }
+        self.everything.insert(request.lease_name.clone(), after);
+        Ok(decided)
+    }
+
+    fn release(
+        &mut self,
+        lease_name: &LeaseName,
+        owner: &Owner,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let released = self.lazy.release(lease_name, owner, now)?;
+        if let Some(kept) = self.everything.get_mut(lease_name) {
+            kept.retain(|c| c.owner != *owner);
+        }
+        Ok(released)
+    }
+
+    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
+        let mut observed = self.lazy.observe(lease_name, now)?;
+        observed.stored_contenders =
+            Some(self.everything.get(lease_name).cloned().unwrap_or_default());
+        Ok(observed)
+    }
+
+    fn keeps_fresh_registrations(&self) -> bool {
+        true
+    }
+
+    fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn registrations_spared_but_not_declared_are_caught() {
+    let lazy =
+        Reference::keeping_fresh_registrations().sparing_registrations_on_unchallenged_renewals();
+    let mut system = SparesButSaysNot(lazy);
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
+        panic!("the check passed a system that spares registrations it says it prunes");
+    };
+    eprintln!("{mismatch}");
+    assert!(mismatch.case.is_some(), "{mismatch}");
+}
+
+#[test]
+fn a_challenged_renewal_that_spares_is_caught() {
+    let lazy =
+        Reference::keeping_fresh_registrations().sparing_registrations_on_unchallenged_renewals();
+    let mut system = SparesEveryRenewal {
+        lazy,
+        everything: BTreeMap::new(),
+    };
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
+        panic!("the check passed a system that spares registrations on a challenged renewal");
     };
     eprintln!("{mismatch}");
     let case = mismatch.case.clone().expect("a failing case, shrunk");
