@@ -49,7 +49,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("gave up on lease l"), "{stderr}");
     assert!(
-        stderr.contains(&format!("{prefix}request_lease_v3")),
+        stderr.contains(&format!("{prefix}request_lease_v4")),
         "{stderr}"
     );
 
@@ -63,7 +63,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
         &server.url,
         &tenure_pg_test::serialized(&format!(
             "{sql}; CREATE ROLE {role} LOGIN; \
-             REVOKE EXECUTE ON FUNCTION {prefix}request_lease_v3(text, text, bigint, bigint, \
+             REVOKE EXECUTE ON FUNCTION {prefix}request_lease_v4(text, text, bigint, bigint, \
              bigint, bigint, bigint, timestamptz) FROM PUBLIC"
         )),
     )
@@ -73,7 +73,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
         .expect("tenure run kept retrying a missing privilege");
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains(&format!("EXECUTE on function {prefix}request_lease_v3")),
+        stderr.contains(&format!("EXECUTE on function {prefix}request_lease_v4")),
         "{stderr}"
     );
     // Validate, at the start, names it as well.
@@ -82,7 +82,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "lacks EXECUTE on function {prefix}request_lease_v3"
+            "lacks EXECUTE on function {prefix}request_lease_v4"
         )),
         "{stderr}"
     );

@@ -12,10 +12,13 @@
 # other load on the machine changes it little. The sides, over 1,000 rows or leases each:
 #
 #   floor              UPDATE t SET v = v + 1 WHERE id = $1 (fillfactor 50, integer key)
-#   standby, kept      request_lease_v3 by a standby whose registration is fresh (a day's ttl)
+#   standby, kept      request_lease_v4 by a standby whose registration is fresh (a day's ttl)
 #   standby, refresh   request_lease_v2 by the same standby: v2 refreshes at every call
-#   renewal            request_lease_v3 by the holder of a lease without standbys
-#   renewal, standby   request_lease_v3 by the holder of a lease with one live standby
+#   renewal            request_lease_v4 by the holder of a lease without standbys
+#   renewal, standby   request_lease_v4 by the holder of a lease with one live standby of its
+#                      priority (answered from the lease record: the registrations' bound)
+#   renewal, standby, v3   the same call of request_lease_v3 (the previous release), which reads
+#                      the registrations at every renewal
 #
 # Rounds alternate the sides; the median of the rounds is printed, with its ratio to the floor.
 set -euo pipefail
@@ -40,9 +43,11 @@ day=86400000000
 psql -q -v ON_ERROR_STOP=1 "$url" >/dev/null <<EOF
 CREATE TABLE floor_rows (id integer PRIMARY KEY, v bigint NOT NULL) WITH (fillfactor = 50);
 INSERT INTO floor_rows SELECT g, 0 FROM generate_series(1, 1000) g;
-SELECT count(cpu_request_lease_v3('s' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
-SELECT count(cpu_request_lease_v3('s' || g, 'standby', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
-SELECT count(cpu_request_lease_v3('a' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
+SELECT count(cpu_request_lease_v4('s' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
+SELECT count(cpu_request_lease_v4('s' || g, 'standby', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
+SELECT count(cpu_request_lease_v4('a' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
+-- The renewals that read the registrations once and set the bound.
+SELECT count(cpu_request_lease_v4('s' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
 VACUUM ANALYZE floor_rows; VACUUM ANALYZE cpu_leases; VACUUM ANALYZE cpu_lease_contenders;
 EOF
 
@@ -50,11 +55,12 @@ side() { # name, statement with :id
   printf '\\set id random(1, 1000)\n%s;\n' "$2" > "$work/$1.sql"
 }
 side floor "UPDATE floor_rows SET v = v + 1 WHERE id = :id"
-side standby_kept "SELECT cpu_request_lease_v3('s' || :id, 'standby', 0, $day, 0, 0, 0)"
+side standby_kept "SELECT cpu_request_lease_v4('s' || :id, 'standby', 0, $day, 0, 0, 0)"
 side standby_refresh "SELECT cpu_request_lease_v2('s' || :id, 'standby', 0, $day, 0, 0, 0)"
-side renewal "SELECT cpu_request_lease_v3('a' || :id, 'holder', 0, $day, 0, 0, 0)"
-side renewal_standby "SELECT cpu_request_lease_v3('s' || :id, 'holder', 0, $day, 0, 0, 0)"
-sides="floor standby_kept standby_refresh renewal renewal_standby"
+side renewal "SELECT cpu_request_lease_v4('a' || :id, 'holder', 0, $day, 0, 0, 0)"
+side renewal_standby "SELECT cpu_request_lease_v4('s' || :id, 'holder', 0, $day, 0, 0, 0)"
+side renewal_standby_v3 "SELECT cpu_request_lease_v3('s' || :id, 'holder', 0, $day, 0, 0, 0)"
+sides="floor standby_kept standby_refresh renewal renewal_standby renewal_standby_v3"
 
 # Microseconds of server CPU per transaction of one pgbench client running $1.
 measure() {
@@ -91,8 +97,8 @@ for r in $(seq 1 "$rounds"); do
 done
 median() { sort -n "$work/$1.us" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 floor=$(median floor)
-printf '%-18s %10s %8s   (%s rounds of %s transactions; all rounds: µs)\n' side "µs/call" "/ floor" "$rounds" "$n"
+printf '%-20s %10s %8s   (%s rounds of %s transactions; all rounds: µs)\n' side "µs/call" "/ floor" "$rounds" "$n"
 for s in $sides; do
   m=$(median "$s")
-  printf '%-18s %10s %7.2fx   %s\n' "$s" "$m" "$(echo "$m $floor" | awk '{print $1 / $2}')" "$(tr '\n' ' ' <"$work/$s.us")"
+  printf '%-20s %10s %7.2fx   %s\n' "$s" "$m" "$(echo "$m $floor" | awk '{print $1 / $2}')" "$(tr '\n' ' ' <"$work/$s.us")"
 done

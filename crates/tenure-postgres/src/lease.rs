@@ -6,10 +6,12 @@
 //! statement is built once per storage from the validated prefix; every value travels as a
 //! bind parameter.
 //!
-//! A request calls `request_lease_v3` with the caller's sighting of the lease's tenure: the
+//! A request calls `request_lease_v4` with the caller's sighting of the lease's tenure: the
 //! storage keeps a [`Sightings`] of what each of its owners saw, on this process's monotonic
 //! clock, sends [`Sightings::before`] with each request and records [`Sightings::after`] from
-//! each answer (see `migrations/0006_lease_functions_v2.sql`, and `0008_lease_functions_v3.sql` for the standby's registration kept while fresh).
+//! each answer (see `migrations/0006_lease_functions_v2.sql`; `0008_lease_functions_v3.sql` for the standby's
+//! registration kept while fresh; `0009_lease_functions_v4.sql` for the renewal answered from
+//! the lease record when no registration can challenge it).
 
 use std::time::Instant;
 
@@ -25,7 +27,7 @@ use crate::prefix::TablePrefix;
 
 /// The lease statements of one storage, with its prefix in place.
 pub(crate) struct LeaseStatements {
-    /// `request_lease_v3`, with the sighting.
+    /// `request_lease_v4`, with the sighting.
     request: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
@@ -50,11 +52,11 @@ impl LeaseStatements {
         LeaseStatements {
             // Called as a scalar: one column, a `<prefix>lease_outcome_v1` (see
             // `decode::composite`).
-            request: format!("SELECT {p}request_lease_v3($1, $2, $3, $4, $5, $6, $7)").into(),
+            request: format!("SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7)").into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
             request_at: format!(
-                "SELECT {p}request_lease_v3($1, $2, $3, $4, $5, $6, $7, {})",
+                "SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7, {})",
                 at(8)
             )
             .into(),
@@ -118,10 +120,10 @@ fn ttl_micros(ttl: std::time::Duration) -> Result<i64, EventStorageError> {
 /// Which sighting a request sends, and which function it calls.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Version<'a> {
-    /// `request_lease_v3` with the storage's own sighting: [`Sightings::before`] is sent, and
+    /// `request_lease_v4` with the storage's own sighting: [`Sightings::before`] is sent, and
     /// the answer is recorded with [`Sightings::after`]. Every shipped call.
     V3(&'a Sightings),
-    /// `request_lease_v3` with exactly this sighting, nothing recorded; for the property test.
+    /// `request_lease_v4` with exactly this sighting, nothing recorded; for the property test.
     #[cfg(feature = "testing")]
     V3Given(Option<Sighting>),
     /// `request_lease_v1`, no sighting: a process of the previous release, for the
@@ -130,7 +132,7 @@ pub(crate) enum Version<'a> {
     V1,
 }
 
-/// The sighting as `request_lease_v3`'s three arguments: token (0 for none), heartbeat in µs
+/// The sighting as `request_lease_v4`'s three arguments: token (0 for none), heartbeat in µs
 /// since the Unix epoch, and µs unchanged (saturating: a longer sighting covers every ttl).
 fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
     match sighting {
@@ -143,7 +145,7 @@ fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
     }
 }
 
-/// `request_lease`: one call of `<prefix>request_lease_v3` (or, in tests, `_v1`); says how the
+/// `request_lease`: one call of `<prefix>request_lease_v4` (or, in tests, `_v1`); says how the
 /// record changed.
 pub(crate) async fn request<D: Driver>(
     link: &Link<D>,

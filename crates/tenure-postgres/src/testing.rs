@@ -23,7 +23,7 @@ impl PostgresEventStorage {
         })
     }
 
-    /// Runs `request` through `request_lease_v3` with exactly `sighting` (not the storage's
+    /// Runs `request` through `request_lease_v4` with exactly `sighting` (not the storage's
     /// own, and nothing is recorded) and `now` standing in for the database clock, and says
     /// how the record changed.
     pub async fn request_lease_sighted_at(
@@ -39,7 +39,7 @@ impl PostgresEventStorage {
     }
 
     /// Makes this storage's lease requests call `request_lease_v1`, without a sighting, as a
-    /// process of the previous release does (`true`), or `request_lease_v3` again (`false`).
+    /// process of the previous release does (`true`), or `request_lease_v4` again (`false`).
     /// For the rolling-upgrade test, and the clock-step test's negative control.
     pub fn call_request_lease_v1(&self, v1: bool) {
         on_adapter!(self.engine(), a => {

@@ -64,7 +64,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
         .unwrap();
     assert_eq!(first.status, LeaseStatus::Leader);
     // b sees a's tenure, and keeps seeing it for a ttl: a takeover once it has expired needs
-    // that sighting (request_lease_v3).
+    // that sighting (request_lease_v4).
     let seen = storage
         .request_lease(&LeaseRequest::new("l", "b", 0, ttl))
         .await
@@ -81,7 +81,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
                 .await
         }
     });
-    blocked_on_lock(guard.prefix(), "request_lease_v3").await;
+    blocked_on_lock(guard.prefix(), "request_lease_v4").await;
     // Keep b waiting well past a's ttl, then let it in.
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert!(!waiting.is_finished(), "b did not wait on the lock");
@@ -126,7 +126,7 @@ async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(
         let request = request.clone();
         async move { storage.request_lease(&request).await }
     });
-    let pid = blocked_on_lock(guard.prefix(), "request_lease_v3").await;
+    let pid = blocked_on_lock(guard.prefix(), "request_lease_v4").await;
     let killed: bool = admin()
         .await
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])

@@ -12,11 +12,15 @@
 //! and requires the check to catch it with a small case.
 //!
 //! The differential check plays `request_lease_v1` (what processes of an earlier release
-//! call, refreshing every registration) and `request_lease_v3` with the sighting implied by the
+//! call, refreshing every registration) and `request_lease_v4` with the sighting implied by the
 //! storage's own clock (with which the sighted rule is the plain one), which keeps a standby's
 //! fresh registration (`RequestOutcome::keeping_fresh_registration`, declared to the check by
-//! `keeps_fresh_registrations`). The sighted rule itself, `decide_request_sighted` followed by
-//! `keeping_fresh_registration`, is checked by `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
+//! `keeps_fresh_registrations`) and answers an unchallenged renewal from the lease record,
+//! sparing the registrations (`RequestOutcome::sparing_registrations_on_unchallenged_renewal`,
+//! declared by `spares_registrations_on_unchallenged_renewals`; its negative control stops the
+//! trigger that raises the record's bound of the registrations' priorities). The sighted rule
+//! itself, `decide_request_sighted` followed by both, is checked by
+//! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
 //! request with a sighting chosen around the stored tenure (none, its token and heartbeat for
 //! a ttl and one microsecond either side of it, another token, another heartbeat), compared
 //! answer by answer and record by record with the domain; its negative control moves the
@@ -46,10 +50,10 @@ struct Sql {
     storage: PostgresEventStorage,
     admin: tokio_postgres::Client,
     prefix: String,
-    /// Call `request_lease_v3` with the sighting implied by the stored record and `now`
+    /// Call `request_lease_v4` with the sighting implied by the stored record and `now`
     /// (`Sighting::on_storage_clock`, with which the sighted rule is the plain one), instead
     /// of `request_lease_v1`.
-    v3_implied: bool,
+    v4_implied: bool,
 }
 
 impl Sql {
@@ -65,7 +69,7 @@ impl Sql {
             storage,
             admin,
             prefix: guard.prefix().to_owned(),
-            v3_implied: false,
+            v4_implied: false,
         };
         (sql, guard)
     }
@@ -140,7 +144,7 @@ impl DecisionSystem for Sql {
             request.ttl,
         );
         let (transition, response) = self.runtime.block_on(async {
-            if self.v3_implied {
+            if self.v4_implied {
                 let lease_name = LeaseName::new(request.lease_name.clone())?;
                 let implied = self
                     .record(&lease_name)
@@ -192,13 +196,17 @@ impl DecisionSystem for Sql {
     }
 
     fn keeps_fresh_registrations(&self) -> bool {
-        self.v3_implied
+        self.v4_implied
+    }
+
+    fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
+        self.v4_implied
     }
 }
 
-fn sql_decisions_match_the_domain(driver: PostgresDriver, v3_implied: bool) {
+fn sql_decisions_match_the_domain(driver: PostgresDriver, v4_implied: bool) {
     let (mut sql, guard) = Sql::new(driver);
-    sql.v3_implied = v3_implied;
+    sql.v4_implied = v4_implied;
     let config = differential::Config::from_env_or(128);
     if let Err(mismatch) = differential::check_decisions_with(config, &mut sql) {
         panic!("the SQL functions and the domain disagree on {driver}: {mismatch}");
@@ -217,12 +225,12 @@ fn sql_decisions_match_the_domain_on_sqlx() {
 }
 
 #[test]
-fn v3_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
+fn v4_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
     sql_decisions_match_the_domain(PostgresDriver::Deadpool, true);
 }
 
 #[test]
-fn v3_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
+fn v4_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
     sql_decisions_match_the_domain(PostgresDriver::Sqlx09, true);
 }
 
@@ -280,7 +288,7 @@ fn the_check_catches_an_off_by_one_at_expiry() {
     drop(guard);
 }
 
-/// The fresh registration's bound in `request_lease_v3`, and its off-by-one: a registration
+/// The fresh registration's bound in `request_lease_v4`, and its off-by-one: a registration
 /// exactly half a ttl old would still be kept.
 const FRESH: &str = "AND 2 * (v_now - c.last_seen) < c.ttl_micros * interval '1 microsecond'";
 const FRESH_OFF_BY_ONE: &str =
@@ -289,8 +297,8 @@ const FRESH_OFF_BY_ONE: &str =
 #[test]
 fn the_check_catches_a_registration_kept_at_half_its_ttl() {
     let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    sql.v3_implied = true;
-    let function = format!("{}request_lease_v3", guard.prefix());
+    sql.v4_implied = true;
+    let function = format!("{}request_lease_v4", guard.prefix());
     break_function(
         &sql,
         &function,
@@ -314,8 +322,43 @@ fn the_check_catches_a_registration_kept_at_half_its_ttl() {
     drop(guard);
 }
 
+/// The bound of the registrations' priorities on the lease record, and a trigger that no longer
+/// raises it: a standby that raises its priority above the holder's is then missed by the
+/// holder's next renewal, answered from the record (`leader` where the domain asks the holder
+/// to step down).
+const RAISED: &str = "AND contender_priority_bound < NEW.priority";
+const NOT_RAISED: &str = "AND contender_priority_bound < NEW.priority AND false";
+
+#[test]
+fn the_check_catches_a_priority_bound_that_is_not_raised() {
+    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
+    sql.v4_implied = true;
+    let function = format!("{}priority_bound_v1", guard.prefix());
+    break_function(
+        &sql,
+        &function,
+        RAISED,
+        NOT_RAISED,
+        "the bound's trigger moved: update the negative control",
+    );
+    let mismatch =
+        differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
+            .expect_err("the check passed a bound that a higher registration does not raise");
+    let case = mismatch
+        .case
+        .as_ref()
+        .expect("a minimal case, not a failure of the whole check");
+    assert!(
+        case.steps.len() <= 8,
+        "the minimal case is not small ({} steps): {mismatch}",
+        case.steps.len()
+    );
+    println!("caught, as it should be: {mismatch}");
+    drop(guard);
+}
+
 // ---------------------------------------------------------------------------------------------
-// The sighted rule: request_lease_v3 against decide_request_sighted, kept lazily.
+// The sighted rule: request_lease_v4 against decide_request_sighted, kept lazily.
 // ---------------------------------------------------------------------------------------------
 
 /// The sighting a request sends, relative to the stored tenure at that moment.
@@ -456,7 +499,8 @@ fn play_sighted(
                     sighting.as_ref(),
                 )
                 .map_err(|e| fail(e.to_string()))?
-                .keeping_fresh_registration(&registered, at);
+                .keeping_fresh_registration(&registered, at)
+                .sparing_registrations_on_unchallenged_renewal(&registered);
                 let (transition, response) = sql
                     .runtime
                     .block_on(sql.storage.request_lease_sighted_at(&request, at, sighting))
@@ -558,7 +602,7 @@ fn sighted_sql_decisions_match_the_domain(driver: PostgresDriver) {
     let (sql, guard) = Sql::new(driver);
     let cases = differential::Config::from_env_or(256).cases;
     let coverage = check_sighted(&sql, cases)
-        .unwrap_or_else(|e| panic!("request_lease_v3 and decide_request_sighted disagree: {e}"));
+        .unwrap_or_else(|e| panic!("request_lease_v4 and decide_request_sighted disagree: {e}"));
     println!("{driver}: {coverage:?}");
     assert!(
         coverage.taken_over_sighted > 0
@@ -579,7 +623,7 @@ fn sighted_sql_decisions_match_the_domain_on_sqlx() {
     sighted_sql_decisions_match_the_domain(PostgresDriver::Sqlx09);
 }
 
-/// The sighting's bound in `request_lease_v3`, and its off-by-one: a sighting one microsecond
+/// The sighting's bound in `request_lease_v4`, and its off-by-one: a sighting one microsecond
 /// short of the ttl would be enough.
 const SEEN_FOR_TTL: &str = "AND p_seen_for_micros >= v_lease.ttl_micros";
 const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micros - 1";
@@ -587,7 +631,7 @@ const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micr
 #[test]
 fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
     let (sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    let function = format!("{}request_lease_v3", guard.prefix());
+    let function = format!("{}request_lease_v4", guard.prefix());
     break_function(
         &sql,
         &function,

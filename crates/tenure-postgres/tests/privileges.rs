@@ -185,7 +185,7 @@ async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driv
     for (function, arguments) in [
         ("release_lease_v1", "text, text, timestamp with time zone"),
         (
-            "request_lease_v3",
+            "request_lease_v4",
             "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
         ),
         (

@@ -1,15 +1,19 @@
 //! A rolling upgrade: a process of the previous release (calling `request_lease_v1`) and one
-//! of this release (calling `request_lease_v3` with its sightings) side by side on one lease.
+//! of this release (calling `request_lease_v4` with its sightings) side by side on one lease.
 //!
 //! The schema starts as a release before the sightings left it (every migration before
 //! `0006_lease_functions_v2.sql`), and the old process elects alone; then the new process is
-//! built with `SchemaMode::Ensure`, which adds v2, the triggers and v3 beside v1 without
+//! built with `SchemaMode::Ensure`, which adds v2, the triggers, v3 and v4 beside v1 without
 //! touching it. The two then
 //! take turns: the leader renews while the other stands by, then stops (half the rounds by
 //! releasing, half by simply going silent) and the other takes over. Every grant must go to
 //! one owner at a time (a new owner's first grant arrives no earlier than a ttl after the old
 //! owner sent its last renewal, or after its release), and the fencing tokens must be 1, 2, 3,
 //! … with one tenure each, whichever version gave them.
+//!
+//! And the bound of the registrations' priorities that v4 answers unchallenged renewals from
+//! (`0009_lease_functions_v4.sql`): an old process that knows nothing of it registers, then
+//! raises its priority above the new holder's; the holder's next renewal must hear of it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -163,4 +167,77 @@ async fn old_and_new_processes_elect_side_by_side_on_deadpool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_and_new_processes_elect_side_by_side_on_sqlx() {
     rolling_upgrade(PostgresDriver::Sqlx09).await;
+}
+
+/// A v4 holder among old standbys: the bound is set by a renewal that reads the
+/// registrations, then raised by the trigger when an old process (v1) raises its priority,
+/// and the holder's next renewal is asked to step down; once that standby goes, the holder
+/// leads again.
+async fn an_old_standby_raising_its_priority_reaches_a_new_holder(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    let new = builder(driver, &guard).build().await.unwrap();
+    let old = builder(driver, &guard)
+        .schema_mode(SchemaMode::None)
+        .build()
+        .await
+        .unwrap();
+    old.call_request_lease_v1(true);
+    let lease = "bound";
+    let ttl = Duration::from_secs(60);
+    let holder = LeaseRequest::new(lease, "new", 5, ttl);
+    let renew = || async { new.request_lease(&holder).await.unwrap().status };
+
+    assert_eq!(renew().await, LeaseStatus::Leader);
+    let standby = old
+        .request_lease(&LeaseRequest::new(lease, "old", 5, ttl))
+        .await
+        .unwrap();
+    assert_eq!(standby.status, LeaseStatus::Standby);
+    // The first renewal among standbys reads them and sets the bound; the next one is answered
+    // from the record.
+    assert_eq!(renew().await, LeaseStatus::Leader);
+    assert_eq!(bound(guard.prefix(), lease).await, Some(5));
+    assert_eq!(renew().await, LeaseStatus::Leader);
+
+    let raised = old
+        .request_lease(&LeaseRequest::new(lease, "old", 9, ttl))
+        .await
+        .unwrap();
+    assert_eq!(raised.status, LeaseStatus::Standby);
+    assert_eq!(bound(guard.prefix(), lease).await, Some(9), "not raised");
+    assert_eq!(renew().await, LeaseStatus::LeaderStepDownRequested);
+
+    old.release_lease(lease, "old").await.unwrap();
+    assert_eq!(renew().await, LeaseStatus::Leader);
+    assert_eq!(
+        bound(guard.prefix(), lease).await,
+        None,
+        "no registration is left"
+    );
+    old.close().await.unwrap();
+    new.close().await.unwrap();
+    drop(guard);
+}
+
+/// The lease's `contender_priority_bound`, as stored.
+async fn bound(prefix: &str, lease: &str) -> Option<i64> {
+    admin()
+        .await
+        .query_one(
+            &format!("SELECT contender_priority_bound FROM {prefix}leases WHERE lease_name = $1"),
+            &[&lease],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_standby_raising_its_priority_reaches_a_new_holder_on_deadpool() {
+    an_old_standby_raising_its_priority_reaches_a_new_holder(PostgresDriver::Deadpool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_standby_raising_its_priority_reaches_a_new_holder_on_sqlx() {
+    an_old_standby_raising_its_priority_reaches_a_new_holder(PostgresDriver::Sqlx09).await;
 }

@@ -3,7 +3,7 @@
 //! this test steps forward and backward by more than the largest ttl (2 s) while electors
 //! contend; the history checker judges the run.
 //!
-//! * Electors on `request_lease_v3` (the sighted rule: a takeover of a lease that merely
+//! * Electors on `request_lease_v4` (the sighted rule: a takeover of a lease that merely
 //!   expired needs the taker's own sighting of that tenure for a ttl on its monotonic
 //!   clock): zero violations of any kind (overlapping leaderships, shared or backward tokens,
 //!   stale writes accepted, bookmarks moved back: the checker orders bookmark writes by the
@@ -144,7 +144,7 @@ async fn stepped_server_clock_never_gives_two_leaders_with_the_sighted_rule() {
     let unsighted = storage(&url, "unsighted_").await;
     unsighted.call_request_lease_v1(true);
     let runs = [
-        ("clock-steps-v3", sighted as Arc<dyn EventStorage>),
+        ("clock-steps-v4", sighted as Arc<dyn EventStorage>),
         ("clock-steps-v1", unsighted as Arc<dyn EventStorage>),
     ]
     .map(|(lease, storage)| {
@@ -158,31 +158,31 @@ async fn stepped_server_clock_never_gives_two_leaders_with_the_sighted_rule() {
         write_offset(&offsets, offset);
         observed.push(server_offset(&client).await);
     }
-    let [v3, v1] = runs;
-    let v3: WorkloadReport = v3.await.unwrap();
+    let [v4, v1] = runs;
+    let v4: WorkloadReport = v4.await.unwrap();
     let v1: WorkloadReport = v1.await.unwrap();
     let largest_step = observed
         .windows(2)
         .map(|w| (w[1] - w[0]).abs())
         .fold(observed[0].abs(), f64::max);
     println!("server clock offsets after each step (s): {observed:.1?}");
-    println!("request_lease_v3 (sighted): {v3}");
+    println!("request_lease_v4 (sighted): {v4}");
     println!("request_lease_v1 (negative control): {v1}");
     assert!(
         largest_step >= 10.0,
         "the server's clock was not stepped as planned: {observed:?}"
     );
-    for (name, report) in [("v3", &v3), ("v1", &v1)] {
+    for (name, report) in [("v4", &v4), ("v1", &v1)] {
         assert!(
             report.history.elections >= 3,
             "{name}: too few elections to mean much: {report}"
         );
     }
     println!(
-        "request_lease_v3: {} violations",
-        v3.history.violations.len()
+        "request_lease_v4: {} violations",
+        v4.history.violations.len()
     );
-    assert!(v3.passed(), "the sighted rule did not hold: {v3}");
+    assert!(v4.passed(), "the sighted rule did not hold: {v4}");
     let overlaps = v1
         .history
         .violations

@@ -16,7 +16,11 @@ struct Expected {
 }
 
 /// The columns of [`TABLES`] that may hold NULL (every other one must be NOT NULL).
-const NULLABLE: &[(&str, &str)] = &[("leases", "released_at"), ("bookmarks", "fence_token")];
+const NULLABLE: &[(&str, &str)] = &[
+    ("leases", "released_at"),
+    ("leases", "contender_priority_bound"),
+    ("bookmarks", "fence_token"),
+];
 
 const TABLES: &[Expected] = &[
     Expected {
@@ -31,6 +35,7 @@ const TABLES: &[Expected] = &[
             ("ttl_micros", "bigint"),
             ("has_contenders", "boolean"),
             ("released_at", "timestamp with time zone"),
+            ("contender_priority_bound", "bigint"),
         ],
     },
     Expected {
@@ -115,12 +120,17 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
     ),
     (
+        "request_lease_v4",
+        "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+    ),
+    (
         "append_events_v1",
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),
     ("fence_v1", "text, bigint"),
     ("notify_lease_v1", ""),
     ("notify_contender_v1", ""),
+    ("priority_bound_v1", ""),
 ];
 
 /// The triggers of the wake-ups (`0007_lease_notifications.sql`): each one's name and its
@@ -131,6 +141,8 @@ pub(crate) const TRIGGERS: &[(&str, &str)] = &[
     ("leases_changed", "leases"),
     ("contenders_joined", "lease_contenders"),
     ("contenders_changed", "lease_contenders"),
+    ("priority_bound_joined", "lease_contenders"),
+    ("priority_bound_raised", "lease_contenders"),
 ];
 
 /// Applies `mode` for `prefix` on one connection of `link`: `Ensure` runs the shipped DDL

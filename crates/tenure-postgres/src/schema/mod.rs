@@ -51,6 +51,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0008_lease_functions_v3.sql",
         include_str!("../../migrations/0008_lease_functions_v3.sql"),
     ),
+    (
+        "0009_lease_functions_v4.sql",
+        include_str!("../../migrations/0009_lease_functions_v4.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -112,6 +116,7 @@ mod tests {
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v1"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v2"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v3"));
+        assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v4"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_release_lease_v1"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_events"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_event_keys"));

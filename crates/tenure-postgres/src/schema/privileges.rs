@@ -60,7 +60,7 @@ pub(crate) const NEEDED: &[(&str, Kind, &[&str])] = &[
         &["EXECUTE"],
     ),
     (
-        "request_lease_v3",
+        "request_lease_v4",
         Kind::Function(
             "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
         ),
@@ -206,8 +206,8 @@ mod tests {
                 .contains("UPDATE on sequence")
         );
         assert!(
-            explain("permission denied for function t_request_lease_v3")
-                .contains("EXECUTE on function t_request_lease_v3")
+            explain("permission denied for function t_request_lease_v4")
+                .contains("EXECUTE on function t_request_lease_v4")
         );
         assert!(explain("permission denied for schema s").contains("USAGE on schema s"));
         assert!(

@@ -189,7 +189,9 @@ mod tests {
                 "tenure_request_lease_v2",
                 "tenure_notify_lease_v1",
                 "tenure_notify_contender_v1",
-                "tenure_request_lease_v3"
+                "tenure_request_lease_v3",
+                "tenure_priority_bound_v1",
+                "tenure_request_lease_v4"
             ]
         );
         for (name, body) in &bodies {
