@@ -14,6 +14,12 @@
 #   floor              UPDATE t SET v = v + 1 WHERE id = $1 (fillfactor 50, integer key)
 #   standby, kept      request_lease_v4 by a standby whose registration is fresh (a day's ttl)
 #   standby, refresh   request_lease_v2 by the same standby: v2 refreshes at every call
+#   standby, mixed     request_lease_v4 by a standby whose ttl is one of two values a
+#                      microsecond apart, at random: a call whose ttl differs from the stored
+#                      one refreshes the (live) registration, about every second call; the
+#                      others keep it
+#   standby, mixed, v3 the same calls of request_lease_v3 (the previous release), on leases of
+#                      their own
 #   renewal            request_lease_v4 by the holder of a lease without standbys
 #   renewal, standby   request_lease_v4 by the holder of a lease with one live standby of its
 #                      priority (answered from the lease record: the registrations' bound)
@@ -46,21 +52,25 @@ INSERT INTO floor_rows SELECT g, 0 FROM generate_series(1, 1000) g;
 SELECT count(cpu_request_lease_v4('s' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
 SELECT count(cpu_request_lease_v4('s' || g, 'standby', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
 SELECT count(cpu_request_lease_v4('a' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
+SELECT count(cpu_request_lease_v4(p || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g, unnest(array['r', 'q']) p;
+SELECT count(cpu_request_lease_v4(p || g, 'standby', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g, unnest(array['r', 'q']) p;
 -- The renewals that read the registrations once and set the bound.
 SELECT count(cpu_request_lease_v4('s' || g, 'holder', 0, $day, 0, 0, 0)) FROM generate_series(1, 1000) g;
 VACUUM ANALYZE floor_rows; VACUUM ANALYZE cpu_leases; VACUUM ANALYZE cpu_lease_contenders;
 EOF
 
-side() { # name, statement with :id
-  printf '\\set id random(1, 1000)\n%s;\n' "$2" > "$work/$1.sql"
+side() { # name, statement with :id (and :t, 0 or 1 at random)
+  printf '\\set id random(1, 1000)\n\\set t random(0, 1)\n%s;\n' "$2" > "$work/$1.sql"
 }
 side floor "UPDATE floor_rows SET v = v + 1 WHERE id = :id"
 side standby_kept "SELECT cpu_request_lease_v4('s' || :id, 'standby', 0, $day, 0, 0, 0)"
 side standby_refresh "SELECT cpu_request_lease_v2('s' || :id, 'standby', 0, $day, 0, 0, 0)"
+side standby_mixed "SELECT cpu_request_lease_v4('r' || :id, 'standby', 0, $day + :t, 0, 0, 0)"
+side standby_mixed_v3 "SELECT cpu_request_lease_v3('q' || :id, 'standby', 0, $day + :t, 0, 0, 0)"
 side renewal "SELECT cpu_request_lease_v4('a' || :id, 'holder', 0, $day, 0, 0, 0)"
 side renewal_standby "SELECT cpu_request_lease_v4('s' || :id, 'holder', 0, $day, 0, 0, 0)"
 side renewal_standby_v3 "SELECT cpu_request_lease_v3('s' || :id, 'holder', 0, $day, 0, 0, 0)"
-sides="floor standby_kept standby_refresh renewal renewal_standby renewal_standby_v3"
+sides="floor standby_kept standby_refresh standby_mixed standby_mixed_v3 renewal renewal_standby renewal_standby_v3"
 
 # Microseconds of server CPU per transaction of one pgbench client running $1.
 measure() {

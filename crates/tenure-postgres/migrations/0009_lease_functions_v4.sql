@@ -193,6 +193,8 @@ BEGIN
     --   8  another contender, live (whatever its priority: it keeps `has_contenders` true);
     --  16  with 4: the caller's row is fresh, with p_priority and p_ttl_micros, and younger
     --      than half its ttl (`tenure_domain::Contender::is_fresh_at`): a standby keeps it.
+    --  32  with 4: the caller's row has p_priority (a refresh need not name the priority, so
+    --      that the bound's trigger on `UPDATE OF priority` is not even considered).
     -- A row of the caller's exists only while `has_contenders` is true (every writer keeps
     -- that so), so without the flag there is nothing to keep.
     IF v_has_contenders THEN
@@ -202,7 +204,8 @@ BEGIN
                            AND c.ttl_micros = p_ttl_micros
                            AND c.last_seen <= v_now
                            AND 2 * (v_now - c.last_seen) < c.ttl_micros * interval '1 microsecond'
-                      THEN 20
+                      THEN 52
+                      WHEN c.owner = p_owner AND c.priority = p_priority THEN 36
                       WHEN c.owner = p_owner THEN 4
                       WHEN c.last_seen + c.ttl_micros * interval '1 microsecond' <= v_now THEN 2
                       WHEN c.priority > p_priority THEN 9
@@ -221,13 +224,22 @@ BEGIN
         -- then rule 7; unless its registration is fresh and says what this request says
         -- (bit 16): then nothing is written (no write, no flush of the log), nothing pruned.
         IF v_flags & 16 = 0 THEN
-            INSERT INTO {{prefix}}lease_contenders AS c
-                   (lease_name, owner, priority, last_seen, ttl_micros)
-            VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
-            ON CONFLICT (lease_name, owner) DO UPDATE
-               SET priority = excluded.priority,
-                   last_seen = excluded.last_seen,
-                   ttl_micros = excluded.ttl_micros;
+            IF v_flags & 32 <> 0 THEN
+                -- The caller's row, at its priority: refreshed in place (one index scan, where
+                -- the upsert below first tries an insertion).
+                UPDATE {{prefix}}lease_contenders c
+                   SET last_seen = v_now, ttl_micros = p_ttl_micros
+                 WHERE c.lease_name = p_lease_name
+                   AND c.owner = p_owner;
+            ELSE
+                INSERT INTO {{prefix}}lease_contenders AS c
+                       (lease_name, owner, priority, last_seen, ttl_micros)
+                VALUES (p_lease_name, p_owner, p_priority, v_now, p_ttl_micros)
+                ON CONFLICT (lease_name, owner) DO UPDATE
+                   SET priority = excluded.priority,
+                       last_seen = excluded.last_seen,
+                       ttl_micros = excluded.ttl_micros;
+            END IF;
             IF NOT v_has_contenders THEN
                 UPDATE {{prefix}}leases SET has_contenders = true WHERE lease_name = p_lease_name;
             END IF;
