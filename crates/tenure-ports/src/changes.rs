@@ -24,7 +24,10 @@ use crate::LeaseName;
 pub enum LeaseChangeKind {
     /// Its holder released it: it can be acquired at once.
     Released,
-    /// A new tenure began (a new fencing token).
+    /// A new tenure began (a new fencing token). Informational: it wakes no elector, and a
+    /// storage may leave out a lease's first tenure, which nobody can be waiting for
+    /// (PostgreSQL does, so that a cold start of thousands of new leases does not serialize
+    /// their commits on its notification lock).
     Acquired,
     /// A live contender with a higher priority than the holder's registered: the holder's
     /// next renewal is answered `LeaderStepDownRequested`.

@@ -31,7 +31,9 @@
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
 //! the server sessions opened (`pg_stat_database.sessions`); then the largest N sustained, its
 //! lease calls/s, and their ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own
-//! prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000).
+//! prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000);
+//! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
+//! there, if N is sustained), for a quicker run when N is known.
 //!
 //! Each step's leases have names of their own, and the tables keep the rows of earlier steps:
 //! a first version emptied them between steps and ran `VACUUM ANALYZE` on the empty tables,
@@ -359,6 +361,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16_000);
+    let only: Option<usize> = std::env::var("TENURE_BENCH_LEASES")
+        .ok()
+        .and_then(|v| v.parse().ok());
     runtime.block_on(async {
         let admin = server.connect().await.unwrap();
         let pool = support::application_pool(&server.url, FLOOR_CALLERS as usize);
@@ -382,8 +387,8 @@ fn main() {
             "leases", "wanted/s", "answered/s", "p50 ms", "p99 ms", "timeouts", "errors", "sessions"
         );
         let mut best: Option<Step> = None;
-        let (mut leases, mut failed_at, mut refinements) = (250, None::<usize>, 0);
-        while leases <= max_leases {
+        let (mut leases, mut failed_at, mut refinements) = (only.unwrap_or(250), None::<usize>, 0);
+        while leases <= max_leases || only.is_some() {
             let s = step(&server.url, &prefix, leases, &admin).await;
             let verdict = if s.sustained() { "sustained" } else { "NOT sustained" };
             println!(
@@ -408,6 +413,9 @@ fn main() {
                 best = Some(s);
             } else {
                 failed_at = Some(s.leases);
+            }
+            if only.is_some() {
+                break;
             }
             let sustained_at = best.as_ref().map_or(0, |b| b.leases);
             leases = match failed_at {

@@ -40,15 +40,15 @@ async fn expect(changes: &mut Box<dyn LeaseChanges>, lease: &str, kind: LeaseCha
 
 on_each_driver! {
 #[tokio::test]
-async fn release_acquisition_and_step_down_are_notified_and_renewals_are_not(driver: PostgresDriver) {
+async fn release_takeover_and_step_down_are_notified_and_creations_and_renewals_are_not(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let storage = builder(driver, &guard).build().await.unwrap();
     assert!(storage.capabilities().contains(Capability::LeaseChanges));
     let mut changes = listening(&storage).await;
     let ttl = Duration::from_secs(300);
+    // The lease's first tenure (migration 0010), renewals, and a standby refreshing its
+    // registration as it was: nothing.
     storage.request_lease(&LeaseRequest::new("l", "a", 0, ttl)).await.unwrap();
-    expect(&mut changes, "l", LeaseChangeKind::Acquired).await;
-    // Renewals, and a standby refreshing its registration as it was: nothing.
     storage.request_lease(&LeaseRequest::new("l", "low", -1, ttl)).await.unwrap();
     for _ in 0..20 {
         storage.request_lease(&LeaseRequest::new("l", "a", 0, ttl)).await.unwrap();
@@ -63,10 +63,14 @@ async fn release_acquisition_and_step_down_are_notified_and_renewals_are_not(dri
             lease_name: LeaseName::new("l").unwrap(),
             kind: LeaseChangeKind::StepDownRequested
         }),
-        "a renewal or a refresh notified"
+        "the creation, a renewal or a refresh notified"
     );
     storage.release_lease("l", "a").await.unwrap();
     expect(&mut changes, "l", LeaseChangeKind::Released).await;
+    // A later tenure is announced.
+    let taken = storage.request_lease(&LeaseRequest::new("l", "high", 5, ttl)).await.unwrap();
+    assert_eq!(taken.fencing_token.get(), 2);
+    expect(&mut changes, "l", LeaseChangeKind::Acquired).await;
     storage.close().await.unwrap();
     assert!(storage.lease_changes().is_err());
 }
@@ -96,7 +100,8 @@ async fn a_terminated_listener_reconnects_and_says_missed(driver: PostgresDriver
         .request_lease(&LeaseRequest::new("l", "a", 0, Duration::from_secs(300)))
         .await
         .unwrap();
-    expect(&mut changes, "l", LeaseChangeKind::Acquired).await;
+    storage.release_lease("l", "a").await.unwrap();
+    expect(&mut changes, "l", LeaseChangeKind::Released).await;
 }
 }
 

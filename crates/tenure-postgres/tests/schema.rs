@@ -859,3 +859,59 @@ async fn closing_leaves_an_application_pool_open(driver: PostgresDriver) {
     assert!(e.source().is_none());
 }
 }
+
+/// The `WHEN` clause of the trigger `<prefix>leases_created`, if it exists (`None` when it
+/// does not, `Some(None)` when it has none).
+async fn creation_trigger_condition(prefix: &str) -> Option<Option<String>> {
+    admin()
+        .await
+        .query_opt(
+            "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t \
+              WHERE t.tgname = $1 || 'leases_created'",
+            &[&prefix],
+        )
+        .await
+        .unwrap()
+        .map(|row| {
+            let definition: String = row.get(0);
+            definition
+                .split_once(" WHEN ")
+                .map(|(_, rest)| rest.split(" EXECUTE ").next().unwrap_or(rest).to_owned())
+        })
+}
+
+on_each_driver! {
+#[tokio::test]
+async fn ensure_stops_announcing_creations_on_a_schema_of_the_previous_release(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    let p = guard.prefix().to_owned();
+    let full = ddl(&p).unwrap();
+    let cut = full
+        .find("-- migrations/postgres/0010_unannounced_creations.sql")
+        .expect("migration 0010 is shipped");
+    admin()
+        .await
+        .batch_execute(&tenure_pg_test::serialized(&full[..cut]))
+        .await
+        .unwrap();
+    assert_eq!(creation_trigger_condition(&p).await, Some(None), "0007's trigger");
+    // The previous release's schema passes Validate as it is (0010 changes no name).
+    builder(driver, &guard)
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        builder(driver, &guard).build().await.unwrap().close().await.unwrap();
+        assert_eq!(
+            creation_trigger_condition(&p).await,
+            Some(Some("((new.fencing_token > 1))".to_owned())),
+            "Ensure did not replace the creation trigger once"
+        );
+    }
+    drop(guard);
+}
+}

@@ -210,6 +210,9 @@ async fn ensure<D: Driver>(
         && super::shape::outdated_functions(connection, prefix)
             .await?
             .is_empty()
+        && super::shape::outdated_triggers(connection, prefix)
+            .await?
+            .is_empty()
     {
         // Everything is in place: nothing to create or replace, and no privilege to do so
         // needed (a least-privilege role may use Ensure).

@@ -55,6 +55,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0009_lease_functions_v4.sql",
         include_str!("../../migrations/0009_lease_functions_v4.sql"),
     ),
+    (
+        "0010_unannounced_creations.sql",
+        include_str!("../../migrations/0010_unannounced_creations.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.

@@ -113,6 +113,39 @@ pub(crate) async fn problems<D: Driver>(
     Ok(problems)
 }
 
+/// The triggers (without their prefix) that the shipped DDL creates with a `WHEN` clause. One
+/// found without it is of an earlier release (`leases_created` before
+/// `0010_unannounced_creations.sql`): `Ensure` runs the DDL, which replaces it. A test checks
+/// this list against the DDL.
+pub(crate) const CONDITIONAL_TRIGGERS: &[&str] = &[
+    "leases_created",
+    "leases_changed",
+    "contenders_changed",
+    "priority_bound_raised",
+];
+
+/// The triggers of [`CONDITIONAL_TRIGGERS`] found without their `WHEN` clause: what `Ensure`
+/// must replace. Missing ones are not listed (they are missing objects).
+pub(crate) async fn outdated_triggers<D: Driver>(
+    connection: &mut Checkout<'_, D>,
+    prefix: &TablePrefix,
+) -> Result<Vec<String>, EventStorageError> {
+    let names: Vec<String> = CONDITIONAL_TRIGGERS
+        .iter()
+        .map(|t| format!("{prefix}{t}"))
+        .collect();
+    let sql: Sql = "SELECT t.tgname::text FROM pg_trigger t \
+           JOIN pg_class c ON c.oid = t.tgrelid \
+           JOIN pg_namespace s ON s.oid = c.relnamespace \
+          WHERE s.nspname = current_schema() AND t.tgname = ANY($1) AND t.tgqual IS NULL"
+        .into();
+    let rows = connection
+        .query(&sql, &[Param::Texts(&names)])
+        .await
+        .map_err(|e| e.into_storage("comparing the triggers"))?;
+    rows.iter().map(|row| get(row, 0, "tgname")).collect()
+}
+
 /// The functions of the shipped DDL whose body differs from the one in the database (or that
 /// are missing): what `Ensure` must (re)create. When there is none and nothing else is
 /// missing, `Ensure` runs no DDL at all, so that a role that owns nothing can use it.
@@ -174,6 +207,23 @@ fn function_bodies(ddl: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_conditional_triggers_are_those_the_ddl_creates_with_a_when_clause() {
+        let ddl = super::super::render(&TablePrefix::default());
+        for (trigger, _) in crate::schema::manage::TRIGGERS {
+            // The last definition counts: a later migration may replace a trigger.
+            let start = ddl
+                .rfind(&format!("CREATE TRIGGER tenure_{trigger}\n"))
+                .unwrap_or_else(|| panic!("{trigger} is not created"));
+            let statement = &ddl[start..start + ddl[start..].find(';').unwrap_or(0)];
+            assert_eq!(
+                statement.contains("WHEN ("),
+                CONDITIONAL_TRIGGERS.contains(trigger),
+                "{trigger}: {statement}"
+            );
+        }
+    }
 
     #[test]
     fn every_shipped_function_has_its_body_found() {
