@@ -22,6 +22,16 @@
 -- standby refreshing its registration at the same priority fires no trigger function (the
 -- trigger's WHEN clause filters it out) and writes nothing more than in v3.
 --
+-- A standby's registration is also written without waiting for the flush of the log
+-- (`synchronous_commit` off for that transaction alone): it is soft state, rewritten at least
+-- every half ttl by a live contender, and nothing that decides who leads depends on it (a
+-- takeover depends on the lease record and the caller's sighting; the lease record's writes,
+-- renewals and acquisitions, still wait for the flush). A server that crashes may lose the
+-- registrations written in the last moments before it, as if those standbys had requested a
+-- moment earlier; they are written again at their next request. The log is one sequence, so
+-- a lease call that waits for its flush also makes every registration written before it
+-- durable: no record is ever durable without the registrations it was decided on.
+--
 -- Versioning: v1 to v3 stay as they were; processes of earlier releases keep calling them
 -- during a rolling upgrade. All serialize on the same advisory lock and write the same rows.
 
@@ -224,6 +234,9 @@ BEGIN
         -- then rule 7; unless its registration is fresh and says what this request says
         -- (bit 16): then nothing is written (no write, no flush of the log), nothing pruned.
         IF v_flags & 16 = 0 THEN
+            -- A registration is soft state (see the header): its write need not wait for the
+            -- flush of the log.
+            PERFORM set_config('synchronous_commit', 'off', true);
             IF v_flags & 32 <> 0 THEN
                 -- The caller's row, at its priority: refreshed in place (one index scan, where
                 -- the upsert below first tries an insertion).
