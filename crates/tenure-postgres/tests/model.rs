@@ -261,31 +261,49 @@ fn break_function(sql: &Sql, function: &str, shipped: &str, broken: &str, moved:
 const LIVE: &str = "AND v_now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
 const OFF_BY_ONE: &str = "AND v_now <= l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
 
-#[test]
-fn the_check_catches_an_off_by_one_at_expiry() {
+/// The negative control of the differential check: with `function` broken (`shipped`
+/// replaced by `broken`), the check must fail with a minimal case of at most `steps` steps.
+/// `v4_implied` picks the calls as [`Sql::v4_implied`] does; `moved` and `passed` are the
+/// messages when the shipped text is not found and when the check passes.
+fn caught_with_a_small_case(
+    v4_implied: bool,
+    function: &str,
+    [shipped, broken]: [&str; 2],
+    steps: usize,
+    [moved, passed]: [&str; 2],
+) {
     let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    let function = format!("{}request_lease_v1", guard.prefix());
-    break_function(
-        &sql,
-        &function,
-        LIVE,
-        OFF_BY_ONE,
-        "the renewal's liveness test moved: update the negative control",
-    );
+    sql.v4_implied = v4_implied;
+    let function = format!("{}{function}", guard.prefix());
+    break_function(&sql, &function, shipped, broken, moved);
     let mismatch =
         differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
-            .expect_err("the check passed a function that renews an expired lease");
+            .expect_err(passed);
     let case = mismatch
         .case
         .as_ref()
         .expect("a minimal case, not a failure of the whole check");
     assert!(
-        case.steps.len() <= 6,
+        case.steps.len() <= steps,
         "the minimal case is not small ({} steps): {mismatch}",
         case.steps.len()
     );
     println!("caught, as it should be: {mismatch}");
     drop(guard);
+}
+
+#[test]
+fn the_check_catches_an_off_by_one_at_expiry() {
+    caught_with_a_small_case(
+        false,
+        "request_lease_v1",
+        [LIVE, OFF_BY_ONE],
+        6,
+        [
+            "the renewal's liveness test moved: update the negative control",
+            "the check passed a function that renews an expired lease",
+        ],
+    );
 }
 
 /// The fresh registration's bound in `request_lease_v4`, and its off-by-one: a registration
@@ -296,30 +314,16 @@ const FRESH_OFF_BY_ONE: &str =
 
 #[test]
 fn the_check_catches_a_registration_kept_at_half_its_ttl() {
-    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    sql.v4_implied = true;
-    let function = format!("{}request_lease_v4", guard.prefix());
-    break_function(
-        &sql,
-        &function,
-        FRESH,
-        FRESH_OFF_BY_ONE,
-        "the fresh registration's bound moved: update the negative control",
+    caught_with_a_small_case(
+        true,
+        "request_lease_v4",
+        [FRESH, FRESH_OFF_BY_ONE],
+        6,
+        [
+            "the fresh registration's bound moved: update the negative control",
+            "the check passed a function that keeps a registration at half its ttl",
+        ],
     );
-    let mismatch =
-        differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
-            .expect_err("the check passed a function that keeps a registration at half its ttl");
-    let case = mismatch
-        .case
-        .as_ref()
-        .expect("a minimal case, not a failure of the whole check");
-    assert!(
-        case.steps.len() <= 6,
-        "the minimal case is not small ({} steps): {mismatch}",
-        case.steps.len()
-    );
-    println!("caught, as it should be: {mismatch}");
-    drop(guard);
 }
 
 /// The bound of the registrations' priorities on the lease record, and a trigger that no longer
@@ -331,30 +335,16 @@ const NOT_RAISED: &str = "AND contender_priority_bound < NEW.priority AND false"
 
 #[test]
 fn the_check_catches_a_priority_bound_that_is_not_raised() {
-    let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    sql.v4_implied = true;
-    let function = format!("{}priority_bound_v1", guard.prefix());
-    break_function(
-        &sql,
-        &function,
-        RAISED,
-        NOT_RAISED,
-        "the bound's trigger moved: update the negative control",
+    caught_with_a_small_case(
+        true,
+        "priority_bound_v1",
+        [RAISED, NOT_RAISED],
+        8,
+        [
+            "the bound's trigger moved: update the negative control",
+            "the check passed a bound that a higher registration does not raise",
+        ],
     );
-    let mismatch =
-        differential::check_decisions_with(differential::Config::with_cases(256), &mut sql)
-            .expect_err("the check passed a bound that a higher registration does not raise");
-    let case = mismatch
-        .case
-        .as_ref()
-        .expect("a minimal case, not a failure of the whole check");
-    assert!(
-        case.steps.len() <= 8,
-        "the minimal case is not small ({} steps): {mismatch}",
-        case.steps.len()
-    );
-    println!("caught, as it should be: {mismatch}");
-    drop(guard);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -105,9 +105,45 @@ fn the_domain_keeping_fresh_registrations_passes_and_reaches_both_sides_of_half_
     );
 }
 
-/// A system that keeps a fresh registration as the lazy rule says, but tells the check it
-/// refreshes at every request: the check must notice the registrations it did not write.
-struct KeepsButSaysNot(Reference);
+/// A system that decides as `reference` does, but declares what it is told: a lazy reference
+/// that declares less than it does must be caught (the registrations it did not write, or did
+/// not prune).
+struct Declaring {
+    reference: Reference,
+    keeps_fresh: bool,
+    spares: bool,
+}
+
+impl DecisionSystem for Declaring {
+    fn request(
+        &mut self,
+        request: &ValidLeaseRequest,
+        now: Timestamp,
+    ) -> Result<Decided, BoxError> {
+        self.reference.request(request, now)
+    }
+
+    fn release(
+        &mut self,
+        lease_name: &LeaseName,
+        owner: &Owner,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        self.reference.release(lease_name, owner, now)
+    }
+
+    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
+        self.reference.observe(lease_name, now)
+    }
+
+    fn keeps_fresh_registrations(&self) -> bool {
+        self.keeps_fresh
+    }
+
+    fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
+        self.spares
+    }
+}
 
 /// A system that keeps a standby's registration up to and including half its ttl
 /// (`2 × age <= ttl` instead of `<`): it is the lazy reference, consulted one microsecond
@@ -133,18 +169,6 @@ macro_rules! delegate_release_and_observe {
             self.0.observe(lease_name, now)
         }
     };
-}
-
-impl DecisionSystem for KeepsButSaysNot {
-    fn request(
-        &mut self,
-        request: &ValidLeaseRequest,
-        now: Timestamp,
-    ) -> Result<Decided, BoxError> {
-        self.0.request(request, now)
-    }
-
-    delegate_release_and_observe!();
 }
 
 impl DecisionSystem for KeepsAtHalfTtl {
@@ -181,7 +205,11 @@ impl DecisionSystem for KeepsAtHalfTtl {
 
 #[test]
 fn registrations_kept_but_not_declared_are_caught() {
-    let mut system = KeepsButSaysNot(Reference::keeping_fresh_registrations());
+    let mut system = Declaring {
+        reference: Reference::keeping_fresh_registrations(),
+        keeps_fresh: false,
+        spares: false,
+    };
     let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
         panic!("the check passed a system that keeps registrations it says it refreshes");
     };
@@ -214,26 +242,6 @@ fn the_domain_sparing_registrations_on_renewals_passes_and_reaches_a_spared_laps
         report.coverage
     );
     assert!(report.coverage.pruned > 0, "{:?}", report.coverage);
-}
-
-/// A system that spares the registrations on an unchallenged renewal, but tells the check it
-/// prunes at every renewal: the check must notice the lapsed registrations it kept.
-struct SparesButSaysNot(Reference);
-
-impl DecisionSystem for SparesButSaysNot {
-    fn request(
-        &mut self,
-        request: &ValidLeaseRequest,
-        now: Timestamp,
-    ) -> Result<Decided, BoxError> {
-        self.0.request(request, now)
-    }
-
-    delegate_release_and_observe!();
-
-    fn keeps_fresh_registrations(&self) -> bool {
-        true
-    }
 }
 
 /// A system that spares the registrations on every renewal, challenged or not (an upper bound
@@ -302,9 +310,12 @@ impl DecisionSystem for SparesEveryRenewal {
 
 #[test]
 fn registrations_spared_but_not_declared_are_caught() {
-    let lazy =
-        Reference::keeping_fresh_registrations().sparing_registrations_on_unchallenged_renewals();
-    let mut system = SparesButSaysNot(lazy);
+    let mut system = Declaring {
+        reference: Reference::keeping_fresh_registrations()
+            .sparing_registrations_on_unchallenged_renewals(),
+        keeps_fresh: true,
+        spares: false,
+    };
     let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
         panic!("the check passed a system that spares registrations it says it prunes");
     };
