@@ -6,14 +6,31 @@
 //! bound doubles from one poll interval per failure up to a cap (one ttl at most, so a standby
 //! still notices a vacant lease within about a ttl). A leader is never backed off here: its
 //! renewals keep their cadence, and its self-demotion deadline is untouched.
+//!
+//! [`Backoff`] is public for callers that drive `request_lease` in a loop of their own (a
+//! custom elector, a benchmark that plays thousands of contenders) and want the elector's rule.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-/// Consecutive failures, and a small random source for the jitter.
+/// The elector's backoff after failed requests of a contender without a tenure: consecutive
+/// failures, and a small random source for the jitter.
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure_election::Backoff;
+/// let (poll, ttl) = (Duration::from_secs(1), Duration::from_secs(3));
+/// let mut backoff = Backoff::new();
+/// let first = backoff.failed(poll, ttl);
+/// assert!(first >= poll / 2 && first <= poll);
+/// let second = backoff.failed(poll, ttl);
+/// assert!(second >= poll && second <= 2 * poll);
+/// backoff.succeeded();
+/// assert!(backoff.failed(poll, ttl) <= poll);
+/// ```
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     failures: u32,
     state: u64,
 }
@@ -21,7 +38,7 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// No failure yet, jitter seeded per elector (so electors of one process do not move in
     /// step).
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u64(0x9e37_79b9_7f4a_7c15);
         Backoff {
@@ -31,13 +48,13 @@ impl Backoff {
     }
 
     /// A request succeeded: the next failure starts from one poll interval again.
-    pub(crate) fn succeeded(&mut self) {
+    pub fn succeeded(&mut self) {
         self.failures = 0;
     }
 
     /// A request failed: how long to wait before the next one, at least `poll / 2` and at
     /// most `cap` (never below `poll`).
-    pub(crate) fn failed(&mut self, poll: Duration, cap: Duration) -> Duration {
+    pub fn failed(&mut self, poll: Duration, cap: Duration) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let doubling = 1u32 << self.failures.min(16).saturating_sub(1);
         let bound = poll.saturating_mul(doubling).min(cap.max(poll));
@@ -53,6 +70,13 @@ impl Backoff {
         x ^= x >> 27;
         self.state = x;
         (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl Default for Backoff {
+    /// [`Backoff::new`].
+    fn default() -> Self {
+        Backoff::new()
     }
 }
 

@@ -95,6 +95,7 @@ mod processor;
 mod state;
 mod wake;
 
+pub use backoff::Backoff;
 pub use config::{ConfigError, ElectorConfig, MIN_ELECTOR_TTL, ValidConfig, safety_margin};
 pub use elector::LeaderElector;
 pub use error::ElectorError;

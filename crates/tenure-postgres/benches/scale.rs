@@ -13,7 +13,10 @@
 //!   same millisecond, which no deployment does and which measures only the queue); each
 //!   contender calls
 //!   `request_lease` once a second (ttl 3 s) inside `timeout(0.5 s)`, as `LeaderElector` does
-//!   with its default poll of ttl/3 and its call bound of half a poll. After 3 s (one ttl) of
+//!   with its default poll of ttl/3 and its call bound of half a poll, and backs off after a
+//!   failed call as it does (`tenure_election::Backoff`: a contender without a tenure waits a
+//!   jittered delay that doubles per failure, up to a ttl; a leader keeps its cadence); the
+//!   calls wanted are still one a second per contender. After 3 s (one ttl) of
 //!   warm-up, 10 s are measured: N is **sustained** when at least 99 % of the calls wanted in
 //!   that window answered in time and their p99 is at most 100 ms. N doubles until a step is
 //!   not sustained, then two steps of bisection between the last sustained and the first not
@@ -48,6 +51,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tenure_election::Backoff;
 use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest};
 use tenure_postgres::{PostgresEventStorage, deadpool_postgres};
@@ -168,7 +172,9 @@ async fn floor(pool: &deadpool_postgres::Pool, update: &str) -> f64 {
 }
 
 /// One contender: a request a second, from `start` until `end`, each inside the call bound, as
-/// `LeaderElector` calls; every call, logged.
+/// `LeaderElector` calls, backing off after a failure as it does (`tenure_election::Backoff`:
+/// a contender without a tenure waits a jittered, doubling delay, a leader keeps its cadence);
+/// every call, logged.
 async fn contend(
     storage: Arc<PostgresEventStorage>,
     request: LeaseRequest,
@@ -178,6 +184,7 @@ async fn contend(
     let mut next = start;
     let mut calls = Vec::new();
     let mut leads = false;
+    let mut backoff = Backoff::new();
     while next < end {
         tokio::time::sleep_until(next).await;
         let sent = tokio::time::Instant::now();
@@ -198,6 +205,11 @@ async fn contend(
             renewal,
         });
         next += POLL;
+        if answered.is_some() {
+            backoff.succeeded();
+        } else if !leads {
+            next = next.max(tokio::time::Instant::now() + backoff.failed(POLL, TTL));
+        }
     }
     calls
 }

@@ -81,11 +81,14 @@ measure() {
     [ "$(PGOPTIONS= psql -At "$url" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'")" = 0 ] && break
     sleep 0.02
   done
+  # Only a backend started after this instant is this side's (the previous one may linger).
+  local t0
+  t0=$(PGOPTIONS= psql -At "$url" -c "SELECT now()")
   pgbench -n -c 1 -t "$n" -f "$work/$1.sql" "$url" >"$work/out" 2>&1 &
   local bench=$!
   pid=""
   for _ in $(seq 1 200); do
-    pid=$(PGOPTIONS= psql -At "$url" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' LIMIT 1")
+    pid=$(PGOPTIONS= psql -At "$url" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND backend_start >= '$t0' LIMIT 1")
     [ -n "$pid" ] && break
     sleep 0.02
   done
