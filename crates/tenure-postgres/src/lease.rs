@@ -120,12 +120,14 @@ fn ttl_micros(ttl: std::time::Duration) -> Result<i64, EventStorageError> {
 /// Which sighting a request sends, and which function it calls.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Version<'a> {
-    /// `request_lease_v4` with the storage's own sighting: [`Sightings::before`] is sent, and
-    /// the answer is recorded with [`Sightings::after`]. Every shipped call.
-    V3(&'a Sightings),
-    /// `request_lease_v4` with exactly this sighting, nothing recorded; for the property test.
+    /// This release's function (`request_lease_v4`) with the storage's own sighting:
+    /// [`Sightings::before`] is sent, and the answer is recorded with [`Sightings::after`].
+    /// Every shipped call. (Named after no version, so that the next one renames nothing.)
+    Current(&'a Sightings),
+    /// This release's function with exactly this sighting, nothing recorded; for the property
+    /// test.
     #[cfg(feature = "testing")]
-    V3Given(Option<Sighting>),
+    CurrentGiven(Option<Sighting>),
     /// `request_lease_v1`, no sighting: a process of the previous release, for the
     /// rolling-upgrade test and the clock-step test's negative control.
     #[cfg(feature = "testing")]
@@ -164,13 +166,13 @@ pub(crate) async fn request<D: Driver>(
     let sent_at = Instant::now();
     // The statement, the sighting to send, and the registry to record the answer in.
     let (sql, sighting, kept) = match version {
-        Version::V3(kept) => (
+        Version::Current(kept) => (
             &statements.request,
             kept.before(request.lease_name.as_str(), request.owner.as_str(), sent_at),
             Some(kept),
         ),
         #[cfg(feature = "testing")]
-        Version::V3Given(sighting) => (&statements.request, sighting, None),
+        Version::CurrentGiven(sighting) => (&statements.request, sighting, None),
         #[cfg(feature = "testing")]
         Version::V1 => (&statements.request_v1, None, None),
     };

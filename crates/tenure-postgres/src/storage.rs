@@ -85,7 +85,7 @@ impl<D: Driver> Adapter<D> {
         if self.calls_v1.load(std::sync::atomic::Ordering::Relaxed) {
             return Version::V1;
         }
-        Version::V3(&self.sightings)
+        Version::Current(&self.sightings)
     }
 }
 

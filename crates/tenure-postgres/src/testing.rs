@@ -33,7 +33,7 @@ impl PostgresEventStorage {
         sighting: Option<Sighting>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::V3Given(sighting))
+            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::CurrentGiven(sighting))
                 .await
         })
     }

@@ -203,6 +203,17 @@ impl DecisionSystem for KeepsAtHalfTtl {
     }
 }
 
+/// Runs the check against `system`, which must fail it with a shrunk case; `passed` is the
+/// message when it does not.
+fn caught(system: &mut impl DecisionSystem, passed: &str) -> tenure_tck::differential::Mismatch {
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256), system) else {
+        panic!("{passed}");
+    };
+    eprintln!("{mismatch}");
+    assert!(mismatch.case.is_some(), "{mismatch}");
+    mismatch
+}
+
 #[test]
 fn registrations_kept_but_not_declared_are_caught() {
     let mut system = Declaring {
@@ -210,21 +221,20 @@ fn registrations_kept_but_not_declared_are_caught() {
         keeps_fresh: false,
         spares: false,
     };
-    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
-        panic!("the check passed a system that keeps registrations it says it refreshes");
-    };
-    eprintln!("{mismatch}");
-    assert!(mismatch.case.is_some(), "{mismatch}");
+    caught(
+        &mut system,
+        "the check passed a system that keeps registrations it says it refreshes",
+    );
 }
 
 #[test]
 fn a_registration_kept_at_exactly_half_its_ttl_is_caught() {
     let mut system = KeepsAtHalfTtl(Reference::keeping_fresh_registrations());
-    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
-        panic!("the check passed a system that keeps a registration at half its ttl");
-    };
-    eprintln!("{mismatch}");
-    let case = mismatch.case.clone().expect("a failing case, shrunk");
+    let mismatch = caught(
+        &mut system,
+        "the check passed a system that keeps a registration at half its ttl",
+    );
+    let case = mismatch.case.expect("a failing case, shrunk");
     assert!(case.steps.len() <= 6, "not shrunk: {case}");
 }
 
@@ -316,11 +326,10 @@ fn registrations_spared_but_not_declared_are_caught() {
         keeps_fresh: true,
         spares: false,
     };
-    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
-        panic!("the check passed a system that spares registrations it says it prunes");
-    };
-    eprintln!("{mismatch}");
-    assert!(mismatch.case.is_some(), "{mismatch}");
+    caught(
+        &mut system,
+        "the check passed a system that spares registrations it says it prunes",
+    );
 }
 
 #[test]
@@ -331,10 +340,10 @@ fn a_challenged_renewal_that_spares_is_caught() {
         lazy,
         everything: BTreeMap::new(),
     };
-    let Err(mismatch) = check_decisions_with(Config::with_cases(256), &mut system) else {
-        panic!("the check passed a system that spares registrations on a challenged renewal");
-    };
-    eprintln!("{mismatch}");
-    let case = mismatch.case.clone().expect("a failing case, shrunk");
+    let mismatch = caught(
+        &mut system,
+        "the check passed a system that spares registrations on a challenged renewal",
+    );
+    let case = mismatch.case.expect("a failing case, shrunk");
     assert!(case.steps.len() <= 6, "not shrunk: {case}");
 }
