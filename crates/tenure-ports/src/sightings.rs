@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use tenure_domain::{FencingToken, Lease, Sighting, Timestamp};
 
 /// At most this many (lease, owner) pairs are remembered; past it, the ones unused for
-/// [`IDLE`] are forgotten, then all. Forgetting is always safe: it only delays a takeover.
+/// [`IDLE`] are forgotten, then all if that left more than three quarters of it (so that each
+/// pruning frees a quarter at least, and the walk over the table it costs is paid once per
+/// many insertions). Forgetting is always safe: it only delays a takeover.
 const CAPACITY: usize = 65_536;
 const IDLE: Duration = Duration::from_secs(600);
 
@@ -23,7 +25,16 @@ const IDLE: Duration = Duration::from_secs(600);
 /// monotonic clock.
 #[derive(Debug, Default)]
 pub struct Sightings {
-    by_lease: Mutex<HashMap<String, HashMap<String, Seen>>>,
+    table: Mutex<Table>,
+}
+
+/// The sightings by lease and owner, and how many there are (counted as they come and go: a
+/// count summed over the table at each new owner cost a walk over every lease, under the
+/// lock, when thousands of contenders started at once).
+#[derive(Debug, Default)]
+struct Table {
+    by_lease: HashMap<String, HashMap<String, Seen>>,
+    entries: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -45,8 +56,8 @@ impl Sightings {
 
     /// The sighting `owner` has of `lease_name`'s tenure, for a request it sends at `sent_at`.
     pub fn before(&self, lease_name: &str, owner: &str, sent_at: Instant) -> Option<Sighting> {
-        let mut by_lease = self.by_lease.lock().unwrap_or_else(PoisonError::into_inner);
-        let seen = by_lease.get_mut(lease_name)?.get_mut(owner)?;
+        let mut table = self.lock();
+        let seen = table.by_lease.get_mut(lease_name)?.get_mut(owner)?;
         seen.last_used = sent_at;
         Some(Sighting {
             fencing_token: seen.token,
@@ -58,8 +69,9 @@ impl Sightings {
     /// Records that an answer to `owner`, received at `received_at`, showed `lease`: the
     /// sighting goes on if it shows the same token and heartbeat, and starts again otherwise.
     pub fn after(&self, lease: &Lease, owner: &str, received_at: Instant) {
-        let mut by_lease = self.by_lease.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(seen) = by_lease
+        let mut table = self.lock();
+        if let Some(seen) = table
+            .by_lease
             .get_mut(lease.lease_name.as_str())
             .and_then(|owners| owners.get_mut(owner))
         {
@@ -70,21 +82,23 @@ impl Sightings {
             seen.last_used = received_at;
             return;
         }
-        if by_lease.values().map(HashMap::len).sum::<usize>() >= CAPACITY {
-            prune(&mut by_lease, received_at);
+        if table.entries >= CAPACITY {
+            table.prune(received_at);
         }
-        by_lease
+        table
+            .by_lease
             .entry(lease.lease_name.as_str().to_owned())
             .or_default()
             .insert(owner.to_owned(), Seen::new(lease, owner, received_at));
+        table.entries += 1;
     }
 
     /// Whether the last answer to `owner` about `lease_name` showed `owner` holding it: its
     /// next request is most likely a renewal, which an adapter may let pass standbys' requests
     /// when its connections are scarce. Only a hint: the answer is decided as always.
     pub fn held_at_last_answer(&self, lease_name: &str, owner: &str) -> bool {
-        let by_lease = self.by_lease.lock().unwrap_or_else(PoisonError::into_inner);
-        by_lease
+        self.lock()
+            .by_lease
             .get(lease_name)
             .and_then(|owners| owners.get(owner))
             .is_some_and(|seen| seen.held)
@@ -92,13 +106,21 @@ impl Sightings {
 
     /// Forgets what `owner` saw of `lease_name` (after its release, say).
     pub fn forget(&self, lease_name: &str, owner: &str) {
-        let mut by_lease = self.by_lease.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(owners) = by_lease.get_mut(lease_name) {
-            owners.remove(owner);
-            if owners.is_empty() {
-                by_lease.remove(lease_name);
-            }
+        let mut table = self.lock();
+        let Some(owners) = table.by_lease.get_mut(lease_name) else {
+            return;
+        };
+        let removed = owners.remove(owner).is_some();
+        if owners.is_empty() {
+            table.by_lease.remove(lease_name);
         }
+        if removed {
+            table.entries -= 1;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -119,13 +141,19 @@ fn holds(lease: &Lease, owner: &str) -> bool {
     lease.owner.as_str() == owner && lease.released_at.is_none()
 }
 
-fn prune(by_lease: &mut HashMap<String, HashMap<String, Seen>>, now: Instant) {
-    for owners in by_lease.values_mut() {
-        owners.retain(|_, seen| now.saturating_duration_since(seen.last_used) < IDLE);
-    }
-    by_lease.retain(|_, owners| !owners.is_empty());
-    if by_lease.values().map(HashMap::len).sum::<usize>() >= CAPACITY {
-        by_lease.clear();
+impl Table {
+    /// Forgets the sightings unused for [`IDLE`] at `now`, then all if more than three quarters
+    /// of [`CAPACITY`] are left.
+    fn prune(&mut self, now: Instant) {
+        for owners in self.by_lease.values_mut() {
+            owners.retain(|_, seen| now.saturating_duration_since(seen.last_used) < IDLE);
+        }
+        self.by_lease.retain(|_, owners| !owners.is_empty());
+        self.entries = self.by_lease.values().map(HashMap::len).sum();
+        if self.entries > CAPACITY / 4 * 3 {
+            self.by_lease.clear();
+            self.entries = 0;
+        }
     }
 }
 
@@ -205,13 +233,23 @@ mod tests {
         for n in 0..CAPACITY + 10 {
             sightings.after(&lease(1, 0), &format!("owner-{n}"), t0);
         }
-        let total: usize = sightings
-            .by_lease
-            .lock()
-            .unwrap()
-            .values()
-            .map(HashMap::len)
-            .sum();
+        let table = sightings.lock();
+        let total: usize = table.by_lease.values().map(HashMap::len).sum();
         assert!(total <= CAPACITY, "{total}");
+        assert_eq!(table.entries, total);
+    }
+
+    #[test]
+    fn the_count_follows_insertions_and_forgetting() {
+        let sightings = Sightings::new();
+        let t0 = Instant::now();
+        for owner in ["a", "b", "c"] {
+            sightings.after(&lease(1, 0), owner, t0);
+        }
+        sightings.after(&lease(1, 5), "a", t0);
+        sightings.forget("l", "b");
+        sightings.forget("l", "nobody");
+        sightings.forget("other", "a");
+        assert_eq!(sightings.lock().entries, 2);
     }
 }
