@@ -220,7 +220,8 @@ pub(crate) async fn request<D: Driver>(
     let row = if renewing {
         link.query_one("request_lease", sql, params).await?
     } else {
-        link.query_one_yielding("request_lease", sql, params)
+        let patience = crate::connection::lane::patience(request.ttl, link.call_timeout());
+        link.query_one_yielding("request_lease", sql, params, patience)
             .await?
     };
     let decided = decode::lease::response(&request.lease_name, &row)?;

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenure_ports::EventStorageError;
-use tokio::sync::Semaphore;
 
 use crate::decode::Row;
 use crate::error::Failure;
@@ -26,6 +25,7 @@ use crate::error::Failure;
 pub(crate) mod config;
 #[cfg(feature = "deadpool")]
 pub(crate) mod deadpool;
+pub(crate) mod lane;
 #[cfg(feature = "deadpool")]
 pub(crate) mod paced;
 #[cfg(feature = "sqlx-0_9")]
@@ -135,8 +135,9 @@ pub(crate) struct Link<D> {
     /// Turns to check a connection out for calls that yield to renewals
     /// ([`query_one_yielding`](Self::query_one_yielding)): one fewer than the pool's
     /// connections (at least one), so that while the pool is saturated a renewal waits for at
-    /// most one call ahead of it, never for a queue of standbys.
-    yielding: Semaphore,
+    /// most one call ahead of it, never for a queue of standbys. A waiter out of patience goes
+    /// behind the others ([`lane`]).
+    yielding: lane::Lane,
 }
 
 impl<D: Driver> Link<D> {
@@ -148,7 +149,7 @@ impl<D: Driver> Link<D> {
             call_timeout,
             owns_pool,
             closed: AtomicBool::new(false),
-            yielding: Semaphore::new(turns),
+            yielding: lane::Lane::new(turns),
         }
     }
 
@@ -240,20 +241,19 @@ impl<D: Driver> Link<D> {
 
     /// [`query_one`](Self::query_one) for a call that yields to renewals (a standby's
     /// request): it waits for a turn of the yielding lane before it checks a connection out,
-    /// within the same call timeout.
+    /// within the same call timeout. It keeps its place in the lane's order of arrival for
+    /// `patience`, then goes behind the waiters that have not waited that long, so that past
+    /// capacity the turns go to calls that still have time ([`lane`]).
     pub(crate) async fn query_one_yielding(
         &self,
         what: &'static str,
         sql: &Sql,
         params: &[Param<'_>],
+        patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let rows = self
             .timed(what, async {
-                let _turn = self
-                    .yielding
-                    .acquire()
-                    .await
-                    .map_err(|_| EventStorageError::Closed)?;
+                let _turn = self.yielding.turn(patience).await;
                 let mut connection = self.checkout(what).await?;
                 connection
                     .query(sql, params)

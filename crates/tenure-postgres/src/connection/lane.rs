@@ -1,0 +1,317 @@
+//! The yielding lane: turns to check a connection out, for the calls that yield to renewals
+//! (standbys' requests). Served in order of arrival, except that a waiter that has run out of
+//! patience goes behind every waiter that has not.
+//!
+//! Why: a caller waits for its answer for a bounded time (`LeaderElector` for half a poll, a
+//! sixth of the ttl with its defaults) and then gives up. Past capacity, a queue served in
+//! order of arrival grows until every call in it waits longer than its caller does: the turns
+//! then go to calls whose callers are about to leave (or have left with their statement in
+//! flight, which the server still runs), and goodput falls with the offered load instead of
+//! staying at capacity. Served as here, the turns go to calls that still have time, and the
+//! overdue ones wait until a turn is free with nobody else waiting (the newest of them first)
+//! or until their callers give up, which costs the server nothing: they never took a
+//! connection. Below capacity nobody runs out of patience, and the order is that of arrival.
+//!
+//! Two orders were tried first, in `cargo bench --bench scale`: newest first as soon as the
+//! queue had not emptied for 50 ms or 200 ms (adaptive LIFO) kept goodput at twice the
+//! sustained load, but near capacity the queue rarely empties, and the oldest waiters were
+//! left without a turn until their callers gave up; and a patience of half the elector's call
+//! bound failed calls that a short stall had delayed past it, which order of arrival answers
+//! in time.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+/// A request's patience as a share of its lease's ttl: an eighth, three quarters of
+/// `LeaderElector`'s default call bound (half a poll of a third of the ttl), so that a call
+/// served before it runs out still has time to be answered.
+pub(crate) const PATIENCE_PER_TTL: u32 = 8;
+
+/// The patience of a request for a lease of `ttl` on a storage whose calls are bounded by
+/// `call_timeout`: an eighth of the ttl ([`PATIENCE_PER_TTL`]), at most half the call bound.
+pub(crate) fn patience(ttl: Duration, call_timeout: Duration) -> Duration {
+    (ttl / PATIENCE_PER_TTL).min(call_timeout / 2)
+}
+
+/// A counted set of turns, handed to waiters as the module docs say.
+pub(crate) struct Lane {
+    queue: Mutex<Queue>,
+}
+
+/// One waiter: until when it keeps its place in the order of arrival, and where its turn goes
+/// (closed once it left).
+struct Waiter {
+    patient_until: Instant,
+    turn: oneshot::Sender<()>,
+}
+
+/// The lane's state.
+struct Queue {
+    /// Turns not taken.
+    free: usize,
+    /// The waiters, in order of arrival.
+    waiting: VecDeque<Waiter>,
+    /// The waiters found out of patience at the head of `waiting`, in the order found.
+    overdue: VecDeque<Waiter>,
+}
+
+impl Queue {
+    /// Adds a waiter, dropping the oldest ones that left.
+    fn push(&mut self, waiter: Waiter) {
+        while self.waiting.front().is_some_and(|w| w.turn.is_closed()) {
+            self.waiting.pop_front();
+        }
+        while self.overdue.front().is_some_and(|w| w.turn.is_closed()) {
+            self.overdue.pop_front();
+        }
+        self.waiting.push_back(waiter);
+    }
+
+    /// Hands a turn given back at `now` to the oldest waiter that still has patience, or, when
+    /// none has, to the overdue one found last; keeps it when nobody waits.
+    fn hand_over(&mut self, now: Instant) {
+        loop {
+            while self.waiting.front().is_some_and(|w| w.patient_until <= now) {
+                if let Some(waiter) = self.waiting.pop_front() {
+                    self.overdue.push_back(waiter);
+                }
+            }
+            let Some(waiter) = self.waiting.pop_front().or_else(|| self.overdue.pop_back()) else {
+                self.free += 1;
+                return;
+            };
+            // A waiter that left has its receiver dropped: the turn goes to the next one.
+            if waiter.turn.send(()).is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+impl Lane {
+    /// A lane of `turns` turns.
+    pub(crate) fn new(turns: usize) -> Self {
+        Lane {
+            queue: Mutex::new(Queue {
+                free: turns,
+                waiting: VecDeque::new(),
+                overdue: VecDeque::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Nothing panics while the lock is held; a poisoned lock still holds a sound state.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for a turn, keeping its place in the order of arrival for `patience`; the turn is
+    /// given back when the returned [`Turn`] is dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a waiter dropped before its turn came leaves the queue, and one dropped
+    /// after its turn was handed to it (but before it saw it) gives the turn back.
+    pub(crate) async fn turn(&self, patience: Duration) -> Turn<'_> {
+        loop {
+            let receiver = {
+                let mut queue = self.lock();
+                if queue.free > 0 {
+                    queue.free -= 1;
+                    return Turn { lane: self };
+                }
+                let (turn, receiver) = oneshot::channel();
+                queue.push(Waiter {
+                    patient_until: Instant::now() + patience,
+                    turn,
+                });
+                receiver
+            };
+            let mut waiting = Waiting {
+                lane: self,
+                receiver: Some(receiver),
+            };
+            let handed = match waiting.receiver.as_mut() {
+                Some(receiver) => receiver.await.is_ok(),
+                None => false,
+            };
+            // Seen: nothing left to give back when `waiting` drops.
+            waiting.receiver = None;
+            if handed {
+                return Turn { lane: self };
+            }
+            // The sender was dropped without a turn (not done by the lane): wait again.
+        }
+    }
+
+    /// Gives a turn back.
+    fn give_back(&self) {
+        self.lock().hand_over(Instant::now());
+    }
+}
+
+/// A turn of a [`Lane`], given back when dropped.
+pub(crate) struct Turn<'a> {
+    lane: &'a Lane,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.lane.give_back();
+    }
+}
+
+/// A waiter in the queue; if dropped with a turn handed to it but not seen, gives it back.
+struct Waiting<'a> {
+    lane: &'a Lane,
+    receiver: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(mut receiver) = self.receiver.take() {
+            // Closed first: no turn can be handed over after this; then one handed before is
+            // seen here.
+            receiver.close();
+            if receiver.try_recv().is_ok() {
+                self.lane.give_back();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    const PATIENCE: Duration = Duration::from_millis(375);
+
+    fn waiters(queue: &mut Queue, n: usize, at: Instant) -> Vec<oneshot::Receiver<()>> {
+        (0..n)
+            .map(|_| {
+                let (turn, receiver) = oneshot::channel();
+                queue.push(Waiter {
+                    patient_until: at + PATIENCE,
+                    turn,
+                });
+                receiver
+            })
+            .collect()
+    }
+
+    fn handed(receivers: &mut [oneshot::Receiver<()>]) -> Vec<usize> {
+        receivers
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, r)| r.try_recv().is_ok().then_some(i))
+            .collect()
+    }
+
+    /// A lane with every turn taken.
+    fn busy() -> Queue {
+        Queue {
+            free: 0,
+            waiting: VecDeque::new(),
+            overdue: VecDeque::new(),
+        }
+    }
+
+    #[test]
+    fn the_patience_is_an_eighth_of_the_ttl_at_most_half_the_call_bound() {
+        let (ttl, bound) = (Duration::from_secs(3), Duration::from_secs(5));
+        assert_eq!(patience(ttl, bound), PATIENCE);
+        assert_eq!(
+            patience(ttl, Duration::from_millis(100)),
+            Duration::from_millis(50)
+        );
+    }
+
+    #[test]
+    fn patient_waiters_are_served_in_order_of_arrival() {
+        let start = Instant::now();
+        let mut queue = busy();
+        let mut receivers = waiters(&mut queue, 3, start);
+        queue.hand_over(start + PATIENCE / 2);
+        assert_eq!(handed(&mut receivers), [0]);
+        queue.hand_over(start + PATIENCE / 2);
+        assert_eq!(handed(&mut receivers), [1]);
+    }
+
+    #[test]
+    fn overdue_waiters_go_behind_patient_ones_the_last_found_first() {
+        let start = Instant::now();
+        let mut queue = busy();
+        let mut old = waiters(&mut queue, 2, start);
+        let mut young = waiters(&mut queue, 2, start + PATIENCE);
+        let now = start + PATIENCE + PATIENCE / 2;
+        queue.hand_over(now);
+        assert_eq!(handed(&mut young), [0]);
+        queue.hand_over(now);
+        assert_eq!(handed(&mut young), [1]);
+        assert_eq!(handed(&mut old), Vec::<usize>::new());
+        queue.hand_over(now);
+        assert_eq!(handed(&mut old), [1]);
+        queue.hand_over(now);
+        assert_eq!(handed(&mut old), [0]);
+        // Nobody left: the next turn is kept.
+        queue.hand_over(now);
+        assert_eq!(queue.free, 1);
+    }
+
+    #[test]
+    fn a_turn_skips_waiters_that_left() {
+        let start = Instant::now();
+        let mut queue = busy();
+        let mut receivers = waiters(&mut queue, 3, start);
+        drop(receivers.remove(0));
+        queue.hand_over(start);
+        assert_eq!(handed(&mut receivers), [0]);
+        // Waiters that left at the head are dropped as new ones come.
+        drop(receivers);
+        let _more = waiters(&mut queue, 1, start);
+        assert_eq!(queue.waiting.len(), 1);
+    }
+
+    fn poll<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_waiter_dropped_after_its_turn_came_gives_it_back() {
+        let lane = Lane::new(1);
+        let held = pin!(lane.turn(PATIENCE));
+        let Poll::Ready(held) = poll(held) else {
+            panic!("a free turn is taken at once");
+        };
+        {
+            let mut waiter = pin!(lane.turn(PATIENCE));
+            assert!(poll(waiter.as_mut()).is_pending());
+            drop(held);
+            // The turn is handed to the waiter, which is dropped without seeing it.
+        }
+        assert_eq!(lane.lock().free, 1);
+        let again = pin!(lane.turn(PATIENCE));
+        assert!(poll(again).is_ready());
+    }
+
+    #[test]
+    fn no_more_turns_are_taken_than_the_lane_has() {
+        let lane = Lane::new(2);
+        let mut first = Box::pin(lane.turn(PATIENCE));
+        let mut second = Box::pin(lane.turn(PATIENCE));
+        let mut third = Box::pin(lane.turn(PATIENCE));
+        let (a, b) = (poll(first.as_mut()), poll(second.as_mut()));
+        assert!(a.is_ready() && b.is_ready());
+        assert!(poll(third.as_mut()).is_pending());
+        drop(a);
+        assert!(poll(third.as_mut()).is_ready());
+        assert!(lane.lock().waiting.is_empty());
+    }
+}
