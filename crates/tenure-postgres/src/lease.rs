@@ -220,7 +220,7 @@ pub(crate) async fn request<D: Driver>(
     let row = if renewing {
         link.query_one("request_lease", sql, params).await?
     } else {
-        let patience = crate::connection::lane::patience(request.ttl, link.call_timeout());
+        let patience = crate::connection::lane::patience(request.ttl);
         link.query_one_yielding("request_lease", sql, params, patience)
             .await?
     };
