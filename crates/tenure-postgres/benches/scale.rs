@@ -29,7 +29,8 @@
 //!   the overload, its least against the rate sustained (target ≥ 0.9x), the renewals answered
 //!   in time (a renewal: a call by a contender that led at its previous answer), the sessions
 //!   opened (target ≤ the pool + 2), and when the last call failed after the load dropped
-//!   (target ≤ 2 s).
+//!   (target ≤ 2 s); and, for the first second of the surge, how many calls of the first
+//!   leases and of the added ones were answered in time.
 //!
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
 //! the server sessions opened (`pg_stat_database.sessions`); then the largest N sustained, its
@@ -302,6 +303,9 @@ struct Overload {
     /// when none did).
     recovery: Duration,
     sessions: i64,
+    /// The first second of the overload: calls of the first leases (sent, answered in time),
+    /// and of the leases added (sent, answered in time, errors).
+    first_second: ((usize, usize), (usize, usize, usize)),
 }
 
 /// `leases` leases × 3 contenders for a ttl, then `factor - 1` times as many more (leases of
@@ -350,7 +354,16 @@ async fn overload(
         .map(|c| c.sent - to)
         .max()
         .unwrap_or_default();
+    let first = |c: &&Call| c.sent >= from && c.sent < from + Duration::from_secs(1);
+    let count = |calls: &[Call]| {
+        let sent: Vec<&Call> = calls.iter().filter(first).collect();
+        let answered = sent.iter().filter(|c| c.answered.is_some()).count();
+        let errors = sent.iter().filter(|c| c.error).count();
+        (sent.len(), answered, errors)
+    };
+    let ((base_sent, base_answered, _), extra_first) = (count(&base), count(&extra));
     Overload {
+        first_second: ((base_sent, base_answered), extra_first),
         factor,
         offered_per_s: (leases * factor * CONTENDERS) as f64 / POLL.as_secs_f64(),
         goodput,
@@ -484,6 +497,11 @@ fn main() {
                 );
                 let per_second: Vec<String> = o.goodput.iter().map(|g| format!("{g:.0}")).collect();
                 println!("    goodput per second: {}", per_second.join(" "));
+                let ((base_sent, base_answered), (sent, answered, errors)) = o.first_second;
+                println!(
+                    "    first second: the first leases' calls {base_answered} answered in time of \
+                     {base_sent}; the added leases' {answered} of {sent} ({errors} errors)"
+                );
             }
         }
         let floor_after = floor(&pool, &update).await;
