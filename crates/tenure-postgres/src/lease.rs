@@ -21,6 +21,7 @@ use tenure_ports::{
     Sighting, Sightings, sort_contenders,
 };
 
+use crate::connection::lane::{self, Standing};
 use crate::connection::{Driver, Link, Param, Sql};
 use crate::decode;
 use crate::prefix::TablePrefix;
@@ -220,8 +221,13 @@ pub(crate) async fn request<D: Driver>(
     let row = if renewing {
         link.query_one("request_lease", sql, params).await?
     } else {
-        let patience = crate::connection::lane::patience(request.ttl);
-        link.query_one_yielding("request_lease", sql, params, patience)
+        // A contender with a sighting has had an answer about the lease: established.
+        let standing = match sighting {
+            Some(_) => Standing::Established,
+            None => Standing::Newcomer,
+        };
+        let patience = lane::patience(request.ttl);
+        link.query_one_yielding("request_lease", sql, params, standing, patience)
             .await?
     };
     let decided = decode::lease::response(&request.lease_name, &row)?;

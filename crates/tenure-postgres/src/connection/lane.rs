@@ -1,23 +1,37 @@
 //! The yielding lane: turns to check a connection out, for the calls that yield to renewals
-//! (standbys' requests). Served in order of arrival, except that a waiter that has run out of
-//! patience goes behind every waiter that has not.
+//! (standbys' requests). Two rules, each measured with `cargo bench --bench scale`
+//! (`docs/benchmarks.md`, 2026-12-05):
 //!
-//! Why: a caller waits for its answer for a bounded time (`LeaderElector` for half a poll, a
-//! sixth of the ttl with its defaults) and then gives up. Past capacity, a queue served in
-//! order of arrival grows until every call in it waits longer than its caller does: the turns
-//! then go to calls whose callers are about to leave (or have left with their statement in
-//! flight, which the server still runs), and goodput falls with the offered load instead of
-//! staying at capacity. Served as here, the turns go to calls that still have time, and the
-//! overdue ones wait until a turn is free with nobody else waiting (the newest of them first)
-//! or until their callers give up, which costs the server nothing: they never took a
-//! connection. Below capacity nobody runs out of patience, and the order is that of arrival.
+//! 1. **Order of arrival, until a waiter runs out of patience** (an eighth of its ttl); then
+//!    it goes behind every waiter that has not, the last found first. A caller waits for its
+//!    answer for a bounded time (`LeaderElector` for half a poll, a sixth of the ttl with its
+//!    defaults) and then gives up. Past capacity, a queue served in order of arrival grows
+//!    until every call in it waits longer than its caller does: the turns go to calls whose
+//!    callers are about to leave (or have left with their statement in flight, which the
+//!    server still runs), and goodput falls with the offered load instead of staying at
+//!    capacity. Served as here, the turns go to calls that still have time, and the overdue
+//!    ones wait until nobody else does or until their callers give up, which costs the server
+//!    nothing: they never took a connection. Below capacity nobody runs out of patience.
+//! 2. **Established contenders before newcomers.** A contender that has had an answer about
+//!    its lease (it has a sighting) stands by at little cost, its registration kept, or
+//!    refreshed without waiting for a flush of the log; a newcomer's first call may create the
+//!    lease record, which waits for its flush, holding its connection meanwhile. When a deploy
+//!    starts thousands of contenders at once, their first calls held the lane's turns through
+//!    those flushes while the established standbys' calls timed out behind them: in the
+//!    surge's first second, the lane served 1,300 to 2,500 calls, against 6,000 a second
+//!    before it (with the server's flushes switched off, for the diagnosis only, it kept up).
+//!    Newcomers get the turns the established ones leave, and back off in `LeaderElector` when
+//!    they time out; once answered, they are established.
 //!
-//! Two orders were tried first, in `cargo bench --bench scale`: newest first as soon as the
-//! queue had not emptied for 50 ms or 200 ms (adaptive LIFO) kept goodput at twice the
-//! sustained load, but near capacity the queue rarely empties, and the oldest waiters were
-//! left without a turn until their callers gave up; and a patience of half the elector's call
-//! bound failed calls that a short stall had delayed past it, which order of arrival answers
-//! in time.
+//! Orders tried and dropped: newest first as soon as the queue had not emptied for 50 ms or
+//! 200 ms (adaptive LIFO) kept goodput at twice the sustained load, but near capacity the
+//! queue rarely empties, and its oldest waiters were left without a turn until their callers
+//! gave up; a patience of a twelfth of the ttl (half the elector's call bound) failed calls
+//! that a short stall had delayed past it, which order of arrival answers in time; and
+//! newcomers leaving two turns to established contenders (to keep them answered at three
+//! times the sustained load) did not keep them answered any better there, and the 3,000-lease
+//! step, a cold start in which every contender is a newcomer, was sustained in 1 run of 4
+//! with it, 2 of 3 without.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -55,38 +69,74 @@ struct Waiter {
     turn: oneshot::Sender<()>,
 }
 
+/// Whether a waiter is an established contender or a newcomer (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// A contender that has had an answer about its lease before.
+    Established,
+    /// A contender's first call about its lease (as far as this storage knows).
+    Newcomer,
+}
+
+impl Standing {
+    fn index(self) -> usize {
+        match self {
+            Standing::Established => 0,
+            Standing::Newcomer => 1,
+        }
+    }
+}
+
 /// The lane's state.
 struct Queue {
     /// Turns not taken.
     free: usize,
-    /// The waiters, in order of arrival.
-    waiting: VecDeque<Waiter>,
-    /// The waiters found out of patience at the head of `waiting`, in the order found.
-    overdue: VecDeque<Waiter>,
+    /// The waiters that still have patience, by [`Standing::index`] (established first), each
+    /// in order of arrival.
+    patient: [VecDeque<Waiter>; 2],
+    /// The waiters found out of patience at the head of `patient`, by standing, in the order
+    /// found.
+    overdue: [VecDeque<Waiter>; 2],
 }
 
 impl Queue {
-    /// Adds a waiter, dropping the oldest ones that left.
-    fn push(&mut self, waiter: Waiter) {
-        while self.waiting.front().is_some_and(|w| w.turn.is_closed()) {
-            self.waiting.pop_front();
+    /// A lane of `turns` free turns.
+    fn new(turns: usize) -> Self {
+        Queue {
+            free: turns,
+            patient: [VecDeque::new(), VecDeque::new()],
+            overdue: [VecDeque::new(), VecDeque::new()],
         }
-        while self.overdue.front().is_some_and(|w| w.turn.is_closed()) {
-            self.overdue.pop_front();
-        }
-        self.waiting.push_back(waiter);
     }
 
-    /// Hands a turn given back at `now` to the oldest waiter that still has patience, or, when
-    /// none has, to the overdue one found last; keeps it when nobody waits.
-    fn hand_over(&mut self, now: Instant) {
-        loop {
-            while self.waiting.front().is_some_and(|w| w.patient_until <= now) {
-                if let Some(waiter) = self.waiting.pop_front() {
-                    self.overdue.push_back(waiter);
+    /// Adds a waiter, dropping the oldest ones that left.
+    fn push(&mut self, waiter: Waiter, standing: Standing) {
+        for queue in self.patient.iter_mut().chain(self.overdue.iter_mut()) {
+            while queue.front().is_some_and(|w| w.turn.is_closed()) {
+                queue.pop_front();
+            }
+        }
+        self.patient[standing.index()].push_back(waiter);
+    }
+
+    /// Hands a turn given back at `now` over: to the oldest established waiter that still has
+    /// patience, else to the oldest such newcomer, else to the overdue one found last (an
+    /// established one first); keeps it when nobody waits.
+    fn give_back(&mut self, now: Instant) {
+        for (patient, overdue) in self.patient.iter_mut().zip(self.overdue.iter_mut()) {
+            while patient.front().is_some_and(|w| w.patient_until <= now) {
+                if let Some(waiter) = patient.pop_front() {
+                    overdue.push_back(waiter);
                 }
             }
-            let Some(waiter) = self.waiting.pop_front().or_else(|| self.overdue.pop_back()) else {
+        }
+        loop {
+            let next = self
+                .patient
+                .iter_mut()
+                .find_map(VecDeque::pop_front)
+                .or_else(|| self.overdue.iter_mut().find_map(VecDeque::pop_back));
+            let Some(waiter) = next else {
                 self.free += 1;
                 return;
             };
@@ -102,11 +152,7 @@ impl Lane {
     /// A lane of `turns` turns.
     pub(crate) fn new(turns: usize) -> Self {
         Lane {
-            queue: Mutex::new(Queue {
-                free: turns,
-                waiting: VecDeque::new(),
-                overdue: VecDeque::new(),
-            }),
+            queue: Mutex::new(Queue::new(turns)),
         }
     }
 
@@ -115,14 +161,14 @@ impl Lane {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for a turn, keeping its place in the order of arrival for `patience`; the turn is
-    /// given back when the returned [`Turn`] is dropped.
+    /// Waits for a turn, as a waiter of `standing` that keeps its place in the order of arrival
+    /// for `patience`; the turn is given back when the returned [`Turn`] is dropped.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a waiter dropped before its turn came leaves the queue, and one dropped
     /// after its turn was handed to it (but before it saw it) gives the turn back.
-    pub(crate) async fn turn(&self, patience: Duration) -> Turn<'_> {
+    pub(crate) async fn turn(&self, standing: Standing, patience: Duration) -> Turn<'_> {
         loop {
             let receiver = {
                 let mut queue = self.lock();
@@ -131,10 +177,11 @@ impl Lane {
                     return Turn { lane: self };
                 }
                 let (turn, receiver) = oneshot::channel();
-                queue.push(Waiter {
+                let waiter = Waiter {
                     patient_until: Instant::now() + patience,
                     turn,
-                });
+                };
+                queue.push(waiter, standing);
                 receiver
             };
             let mut waiting = Waiting {
@@ -156,7 +203,7 @@ impl Lane {
 
     /// Gives a turn back.
     fn give_back(&self) {
-        self.lock().hand_over(Instant::now());
+        self.lock().give_back(Instant::now());
     }
 }
 
@@ -201,13 +248,26 @@ mod tests {
     const PATIENCE: Duration = Duration::from_millis(375);
 
     fn waiters(queue: &mut Queue, n: usize, at: Instant) -> Vec<oneshot::Receiver<()>> {
+        waiters_of(Standing::Established, queue, n, at)
+    }
+
+    fn waiters_of(
+        standing: Standing,
+        queue: &mut Queue,
+        n: usize,
+        at: Instant,
+    ) -> Vec<oneshot::Receiver<()>> {
         (0..n)
             .map(|_| {
                 let (turn, receiver) = oneshot::channel();
-                queue.push(Waiter {
-                    patient_until: at + PATIENCE,
-                    turn,
-                });
+                let patient_until = at + PATIENCE;
+                queue.push(
+                    Waiter {
+                        patient_until,
+                        turn,
+                    },
+                    standing,
+                );
                 receiver
             })
             .collect()
@@ -221,13 +281,11 @@ mod tests {
             .collect()
     }
 
-    /// A lane with every turn taken.
+    /// A lane of 7 turns, every one taken by an established contender.
     fn busy() -> Queue {
-        Queue {
-            free: 0,
-            waiting: VecDeque::new(),
-            overdue: VecDeque::new(),
-        }
+        let mut queue = Queue::new(7);
+        queue.free = 0;
+        queue
     }
 
     #[test]
@@ -240,9 +298,9 @@ mod tests {
         let start = Instant::now();
         let mut queue = busy();
         let mut receivers = waiters(&mut queue, 3, start);
-        queue.hand_over(start + PATIENCE / 2);
+        queue.give_back(start + PATIENCE / 2);
         assert_eq!(handed(&mut receivers), [0]);
-        queue.hand_over(start + PATIENCE / 2);
+        queue.give_back(start + PATIENCE / 2);
         assert_eq!(handed(&mut receivers), [1]);
     }
 
@@ -253,18 +311,39 @@ mod tests {
         let mut old = waiters(&mut queue, 2, start);
         let mut young = waiters(&mut queue, 2, start + PATIENCE);
         let now = start + PATIENCE + PATIENCE / 2;
-        queue.hand_over(now);
+        queue.give_back(now);
         assert_eq!(handed(&mut young), [0]);
-        queue.hand_over(now);
+        queue.give_back(now);
         assert_eq!(handed(&mut young), [1]);
         assert_eq!(handed(&mut old), Vec::<usize>::new());
-        queue.hand_over(now);
+        queue.give_back(now);
         assert_eq!(handed(&mut old), [1]);
-        queue.hand_over(now);
+        queue.give_back(now);
         assert_eq!(handed(&mut old), [0]);
         // Nobody left: the next turn is kept.
-        queue.hand_over(now);
+        queue.give_back(now);
         assert_eq!(queue.free, 1);
+    }
+
+    #[test]
+    fn established_waiters_go_before_newcomers_until_they_run_out_of_patience() {
+        let start = Instant::now();
+        let mut queue = busy();
+        let mut newcomers = waiters_of(Standing::Newcomer, &mut queue, 2, start);
+        let mut established = waiters(&mut queue, 1, start + PATIENCE / 2);
+        queue.give_back(start + PATIENCE / 2);
+        assert_eq!(handed(&mut established), [0]);
+        queue.give_back(start + PATIENCE / 2);
+        assert_eq!(handed(&mut newcomers), [0]);
+        // Out of patience, an established waiter goes behind a newcomer that is not.
+        let mut late = waiters(&mut queue, 1, start);
+        let mut young = waiters_of(Standing::Newcomer, &mut queue, 1, start + PATIENCE);
+        queue.give_back(start + PATIENCE);
+        assert_eq!(handed(&mut young), [0]);
+        queue.give_back(start + PATIENCE);
+        queue.give_back(start + PATIENCE);
+        assert_eq!(handed(&mut late), [0]);
+        assert_eq!(handed(&mut newcomers), [1]);
     }
 
     #[test]
@@ -273,12 +352,12 @@ mod tests {
         let mut queue = busy();
         let mut receivers = waiters(&mut queue, 3, start);
         drop(receivers.remove(0));
-        queue.hand_over(start);
+        queue.give_back(start);
         assert_eq!(handed(&mut receivers), [0]);
         // Waiters that left at the head are dropped as new ones come.
         drop(receivers);
         let _more = waiters(&mut queue, 1, start);
-        assert_eq!(queue.waiting.len(), 1);
+        assert_eq!(queue.patient[0].len(), 1);
     }
 
     fn poll<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
@@ -288,32 +367,32 @@ mod tests {
     #[test]
     fn a_waiter_dropped_after_its_turn_came_gives_it_back() {
         let lane = Lane::new(1);
-        let held = pin!(lane.turn(PATIENCE));
+        let held = pin!(lane.turn(Standing::Established, PATIENCE));
         let Poll::Ready(held) = poll(held) else {
             panic!("a free turn is taken at once");
         };
         {
-            let mut waiter = pin!(lane.turn(PATIENCE));
+            let mut waiter = pin!(lane.turn(Standing::Established, PATIENCE));
             assert!(poll(waiter.as_mut()).is_pending());
             drop(held);
             // The turn is handed to the waiter, which is dropped without seeing it.
         }
         assert_eq!(lane.lock().free, 1);
-        let again = pin!(lane.turn(PATIENCE));
+        let again = pin!(lane.turn(Standing::Established, PATIENCE));
         assert!(poll(again).is_ready());
     }
 
     #[test]
     fn no_more_turns_are_taken_than_the_lane_has() {
         let lane = Lane::new(2);
-        let mut first = Box::pin(lane.turn(PATIENCE));
-        let mut second = Box::pin(lane.turn(PATIENCE));
-        let mut third = Box::pin(lane.turn(PATIENCE));
+        let mut first = Box::pin(lane.turn(Standing::Established, PATIENCE));
+        let mut second = Box::pin(lane.turn(Standing::Established, PATIENCE));
+        let mut third = Box::pin(lane.turn(Standing::Established, PATIENCE));
         let (a, b) = (poll(first.as_mut()), poll(second.as_mut()));
         assert!(a.is_ready() && b.is_ready());
         assert!(poll(third.as_mut()).is_pending());
         drop(a);
         assert!(poll(third.as_mut()).is_ready());
-        assert!(lane.lock().waiting.is_empty());
+        assert!(lane.lock().patient.iter().all(VecDeque::is_empty));
     }
 }

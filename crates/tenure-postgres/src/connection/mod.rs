@@ -135,8 +135,8 @@ pub(crate) struct Link<D> {
     /// Turns to check a connection out for calls that yield to renewals
     /// ([`query_one_yielding`](Self::query_one_yielding)): one fewer than the pool's
     /// connections (at least one), so that while the pool is saturated a renewal waits for at
-    /// most one call ahead of it, never for a queue of standbys. A waiter out of patience goes
-    /// behind the others ([`lane`]).
+    /// most one call ahead of it, never for a queue of standbys. Established contenders go
+    /// before newcomers, and a waiter out of patience behind the others ([`lane`]).
     yielding: lane::Lane,
 }
 
@@ -241,19 +241,20 @@ impl<D: Driver> Link<D> {
 
     /// [`query_one`](Self::query_one) for a call that yields to renewals (a standby's
     /// request): it waits for a turn of the yielding lane before it checks a connection out,
-    /// within the same call timeout. It keeps its place in the lane's order of arrival for
-    /// `patience`, then goes behind the waiters that have not waited that long, so that past
-    /// capacity the turns go to calls that still have time ([`lane`]).
+    /// within the same call timeout, as a waiter of `standing` that keeps its place in the
+    /// lane's order of arrival for `patience` ([`lane`]: established contenders before
+    /// newcomers, and past capacity the turns go to calls that still have time).
     pub(crate) async fn query_one_yielding(
         &self,
         what: &'static str,
         sql: &Sql,
         params: &[Param<'_>],
+        standing: lane::Standing,
         patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let rows = self
             .timed(what, async {
-                let _turn = self.yielding.turn(patience).await;
+                let _turn = self.yielding.turn(standing, patience).await;
                 let mut connection = self.checkout(what).await?;
                 connection
                     .query(sql, params)
