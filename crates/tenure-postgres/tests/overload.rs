@@ -363,3 +363,77 @@ async fn a_renewal_passes_standbys_that_hold_up_the_pool(driver: PostgresDriver)
     storage.close().await.unwrap();
 }
 }
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDriver) {
+    // A pool of two: the standbys' lane has one turn. A newcomer's request of lease "x" holds
+    // it, waiting on that lease's lock (held elsewhere); three newcomers of lease "y" (whose
+    // lock is held elsewhere too, for the whole test) queue behind it, then a standby of lease
+    // "c" that has had an answer before. Then "x" is let go. In order of arrival the turn would
+    // go to a newcomer of "y", which would hold it, waiting on its lock, past the standby's
+    // bound; established first, the standby takes it and is answered.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let name = tenure_pg_test::unique_name("tenure_newcomers");
+    let storage = storage(&database, driver, &name, 2, Duration::from_secs(20)).await;
+    let ttl = Duration::from_secs(30);
+    let held = LeaseRequest::new("c", "h", 0, ttl);
+    assert_eq!(storage.request_lease(&held).await.unwrap().status, LeaseStatus::Leader);
+    let established = LeaseRequest::new("c", "e", 0, ttl);
+    assert_eq!(
+        storage.request_lease(&established).await.unwrap().status,
+        LeaseStatus::Standby
+    );
+
+    let url = with_database(&server().url, database.name());
+    let lock = |lease: &'static str| {
+        let url = url.clone();
+        async move {
+            let holder = tenure_pg_test::connect(&url).await.unwrap();
+            holder.batch_execute("BEGIN").await.unwrap();
+            holder
+                .execute(
+                    &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
+                    &[&"t_", &lease],
+                )
+                .await
+                .unwrap();
+            holder
+        }
+    };
+    let (x, y) = (lock("x").await, lock("y").await);
+    let newcomer = |lease: &'static str, owner: String| {
+        let storage = storage.clone();
+        let request = LeaseRequest::new(lease, owner, 0, ttl);
+        tokio::spawn(async move { storage.request_lease(&request).await })
+    };
+    let first = newcomer("x", "n".to_owned());
+    blocked_on_lock("t_", "request_lease").await;
+    let queued: Vec<_> = (0..3).map(|i| newcomer("y", format!("n{i}"))).collect();
+    // Time for the newcomers to queue in the lane before the standby comes, and for the
+    // standby to queue before the turn is given back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answer = {
+        let (storage, established) = (storage.clone(), established.clone());
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(5), storage.request_lease(&established))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
+
+    let answer = answer.await.unwrap();
+    y.batch_execute("ROLLBACK").await.unwrap();
+    let answer = answer
+        .expect("the established standby waited behind newcomers")
+        .unwrap();
+    assert_eq!(answer.status, LeaseStatus::Standby);
+    assert_eq!(answer.lease.owner.as_str(), "h");
+    for call in queued {
+        call.await.unwrap().unwrap();
+    }
+    storage.close().await.unwrap();
+}
+}
