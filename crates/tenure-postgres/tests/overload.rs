@@ -183,6 +183,23 @@ async fn backends(name: &str) -> HashSet<i32> {
         .collect()
 }
 
+/// A session on `database` that holds the advisory lock of lease `lease` (prefix `t_`) in an
+/// open transaction, until it rolls back or drops.
+async fn holding_lock(database: &TempDatabase, lease: &str) -> tokio_postgres::Client {
+    let holder = tenure_pg_test::connect(&with_database(&server().url, database.name()))
+        .await
+        .unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute(
+            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
+            &[&"t_", &lease],
+        )
+        .await
+        .unwrap();
+    holder
+}
+
 on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_all_time_out_open_no_more_sessions_than_the_pool_and_a_few(driver: PostgresDriver) {
@@ -269,17 +286,7 @@ async fn an_abandoned_call_is_cancelled_and_its_connection_kept() {
     assert_eq!(before.len(), 1, "{before:?}");
 
     // The lease's advisory lock is held elsewhere: the call waits on it past its timeout.
-    let holder = tenure_pg_test::connect(&with_database(&server().url, database.name()))
-        .await
-        .unwrap();
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .execute(
-            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
-            &[&"t_", &"l"],
-        )
-        .await
-        .unwrap();
+    let holder = holding_lock(&database, "l").await;
     let call = {
         let (storage, request) = (storage.clone(), request.clone());
         tokio::spawn(async move { storage.request_lease(&request).await })
@@ -325,17 +332,7 @@ async fn a_renewal_passes_standbys_that_hold_up_the_pool(driver: PostgresDriver)
     let renewal = LeaseRequest::new("y", "a", 0, Duration::from_secs(30));
     assert_eq!(storage.request_lease(&renewal).await.unwrap().status, LeaseStatus::Leader);
 
-    let holder = tenure_pg_test::connect(&with_database(&server().url, database.name()))
-        .await
-        .unwrap();
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .execute(
-            &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
-            &[&"t_", &"x"],
-        )
-        .await
-        .unwrap();
+    let holder = holding_lock(&database, "x").await;
     let standbys: Vec<_> = (0..4)
         .map(|i| {
             let storage = storage.clone();
@@ -385,23 +382,7 @@ async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDri
         LeaseStatus::Standby
     );
 
-    let url = with_database(&server().url, database.name());
-    let lock = |lease: &'static str| {
-        let url = url.clone();
-        async move {
-            let holder = tenure_pg_test::connect(&url).await.unwrap();
-            holder.batch_execute("BEGIN").await.unwrap();
-            holder
-                .execute(
-                    &format!("SELECT pg_advisory_xact_lock({LOCK_KEY_SQL})"),
-                    &[&"t_", &lease],
-                )
-                .await
-                .unwrap();
-            holder
-        }
-    };
-    let (x, y) = (lock("x").await, lock("y").await);
+    let (x, y) = (holding_lock(&database, "x").await, holding_lock(&database, "y").await);
     let newcomer = |lease: &'static str, owner: String| {
         let storage = storage.clone();
         let request = LeaseRequest::new(lease, owner, 0, ttl);
