@@ -37,7 +37,9 @@
 //! lease calls/s, and their ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own
 //! prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000);
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
-//! there, if N is sustained), for a quicker run when N is known.
+//! there, if N is sustained), for a quicker run when N is known; `TENURE_BENCH_FACTORS=3`
+//! (a comma-separated list, default `2,3`) runs only the overloads named, to look at one
+//! without the aftermath of the other.
 //!
 //! Each step's leases have names of their own, and the tables keep the rows of earlier steps:
 //! a first version emptied them between steps and ran `VACUUM ANALYZE` on the empty tables,
@@ -386,6 +388,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16_000);
+    let factors: Vec<usize> = std::env::var("TENURE_BENCH_FACTORS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|f| f.trim().parse().ok()).collect())
+        .filter(|factors: &Vec<usize>| !factors.is_empty() && factors.iter().all(|f| *f >= 2))
+        .unwrap_or_else(|| vec![2, 3]);
     let only: Option<usize> = std::env::var("TENURE_BENCH_LEASES")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -458,16 +465,16 @@ fn main() {
         // Overload at 2x and 3x the rate sustained, and back (issue 13's last targets).
         if let Some(b) = &best {
             println!();
+            let named: Vec<String> = factors.iter().map(|f| format!("{f}x")).collect();
             println!(
-                "overload: {} leases x {CONTENDERS} sustained ({:.0} calls/s); {}x and {}x that offered \
+                "overload: {} leases x {CONTENDERS} sustained ({:.0} calls/s); {} that offered \
                  for {} s, then back",
                 b.leases,
                 b.answered_per_s,
-                2,
-                3,
+                named.join(" and "),
                 OVERLOAD.as_secs()
             );
-            for factor in [2, 3] {
+            for &factor in &factors {
                 let o = overload(&server.url, &prefix, b.leases, factor, &admin).await;
                 vacuum(
                     &admin,
