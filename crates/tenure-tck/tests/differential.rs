@@ -10,6 +10,29 @@ use tenure_tck::differential::{
     Config, Decided, DecisionSystem, Observed, Reference, Step, check_decisions_with,
 };
 
+/// `release` and `observe` of a system that decides as the one in its field `$inner` does
+/// for those two: the wrappers below differ in their requests or declarations only.
+macro_rules! delegate_release_and_observe {
+    ($inner:tt) => {
+        fn release(
+            &mut self,
+            lease_name: &LeaseName,
+            owner: &Owner,
+            now: Timestamp,
+        ) -> Result<bool, BoxError> {
+            self.$inner.release(lease_name, owner, now)
+        }
+
+        fn observe(
+            &mut self,
+            lease_name: &LeaseName,
+            now: Timestamp,
+        ) -> Result<Observed, BoxError> {
+            self.$inner.observe(lease_name, now)
+        }
+    };
+}
+
 #[test]
 fn the_domain_applied_to_a_plain_store_passes_and_reaches_every_rule() {
     let report = match check_decisions_with(Config::with_cases(256), &mut Reference::default()) {
@@ -48,18 +71,7 @@ impl DecisionSystem for InclusiveExpiry {
         self.0.request(request, at)
     }
 
-    fn release(
-        &mut self,
-        lease_name: &LeaseName,
-        owner: &Owner,
-        now: Timestamp,
-    ) -> Result<bool, BoxError> {
-        self.0.release(lease_name, owner, now)
-    }
-
-    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
-        self.0.observe(lease_name, now)
-    }
+    delegate_release_and_observe!(0);
 }
 
 #[test]
@@ -123,18 +135,7 @@ impl DecisionSystem for Declaring {
         self.reference.request(request, now)
     }
 
-    fn release(
-        &mut self,
-        lease_name: &LeaseName,
-        owner: &Owner,
-        now: Timestamp,
-    ) -> Result<bool, BoxError> {
-        self.reference.release(lease_name, owner, now)
-    }
-
-    fn observe(&mut self, lease_name: &LeaseName, now: Timestamp) -> Result<Observed, BoxError> {
-        self.reference.observe(lease_name, now)
-    }
+    delegate_release_and_observe!(reference);
 
     fn keeps_fresh_registrations(&self) -> bool {
         self.keeps_fresh
@@ -149,27 +150,6 @@ impl DecisionSystem for Declaring {
 /// (`2 × age <= ttl` instead of `<`): it is the lazy reference, consulted one microsecond
 /// early at that instant.
 struct KeepsAtHalfTtl(Reference);
-
-macro_rules! delegate_release_and_observe {
-    () => {
-        fn release(
-            &mut self,
-            lease_name: &LeaseName,
-            owner: &Owner,
-            now: Timestamp,
-        ) -> Result<bool, BoxError> {
-            self.0.release(lease_name, owner, now)
-        }
-
-        fn observe(
-            &mut self,
-            lease_name: &LeaseName,
-            now: Timestamp,
-        ) -> Result<Observed, BoxError> {
-            self.0.observe(lease_name, now)
-        }
-    };
-}
 
 impl DecisionSystem for KeepsAtHalfTtl {
     fn request(
@@ -196,7 +176,7 @@ impl DecisionSystem for KeepsAtHalfTtl {
         self.0.request(request, at)
     }
 
-    delegate_release_and_observe!();
+    delegate_release_and_observe!(0);
 
     fn keeps_fresh_registrations(&self) -> bool {
         true
