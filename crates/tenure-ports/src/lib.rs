@@ -70,7 +70,7 @@ pub use events::{
     StoredEvent, normalize_tags, validate_bookmark, validate_reader,
 };
 pub use fenced::Fence;
-pub use sightings::Sightings;
+pub use sightings::{LastAnswer, Sightings};
 
 pub use lease::{
     Contender, FencingToken, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot,

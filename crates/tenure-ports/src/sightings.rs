@@ -37,6 +37,17 @@ struct Table {
     entries: usize,
 }
 
+/// What an owner's last answer about a lease left for its next request
+/// ([`Sightings::last_answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastAnswer {
+    /// The sighting to send.
+    pub sighting: Sighting,
+    /// Whether the answer showed the owner holding the lease: its next request is most likely
+    /// a renewal ([`Sightings::held_at_last_answer`]).
+    pub held: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Seen {
     token: FencingToken,
@@ -56,13 +67,30 @@ impl Sightings {
 
     /// The sighting `owner` has of `lease_name`'s tenure, for a request it sends at `sent_at`.
     pub fn before(&self, lease_name: &str, owner: &str, sent_at: Instant) -> Option<Sighting> {
+        self.last_answer(lease_name, owner, sent_at)
+            .map(|last| last.sighting)
+    }
+
+    /// What `owner`'s last answer about `lease_name` left for a request it sends at `sent_at`,
+    /// in one look at the table: the sighting to send ([`before`](Self::before)) and whether
+    /// it held the lease ([`held_at_last_answer`](Self::held_at_last_answer)). `None` when it
+    /// had no answer (or it was forgotten).
+    pub fn last_answer(
+        &self,
+        lease_name: &str,
+        owner: &str,
+        sent_at: Instant,
+    ) -> Option<LastAnswer> {
         let mut table = self.lock();
         let seen = table.by_lease.get_mut(lease_name)?.get_mut(owner)?;
         seen.last_used = sent_at;
-        Some(Sighting {
-            fencing_token: seen.token,
-            heartbeat_at: seen.heartbeat_at,
-            unchanged_for: sent_at.saturating_duration_since(seen.since),
+        Some(LastAnswer {
+            sighting: Sighting {
+                fencing_token: seen.token,
+                heartbeat_at: seen.heartbeat_at,
+                unchanged_for: sent_at.saturating_duration_since(seen.since),
+            },
+            held: seen.held,
         })
     }
 
@@ -186,6 +214,12 @@ mod tests {
         sightings.after(&lease(1, 10), "b", t0);
         assert!(sightings.held_at_last_answer("l", "holder"));
         assert!(!sightings.held_at_last_answer("l", "b"));
+        // One look gives both: the sighting to send and whether the owner held the lease.
+        let last = sightings.last_answer("l", "holder", t0).unwrap();
+        assert!(last.held);
+        assert_eq!(Some(last.sighting), sightings.before("l", "holder", t0));
+        assert!(!sightings.last_answer("l", "b", t0).unwrap().held);
+        assert_eq!(sightings.last_answer("l", "nobody", t0), None);
         let mut released = lease(1, 5);
         released.released_at = Some(Timestamp::from_micros(5));
         sightings.after(&released, "holder", t0);

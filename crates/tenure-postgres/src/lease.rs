@@ -165,17 +165,23 @@ pub(crate) async fn request<D: Driver>(
         Clock::At(at) => Some(at.as_micros()),
     };
     let sent_at = Instant::now();
-    // The statement, the sighting to send, and the registry to record the answer in.
-    let (sql, sighting, kept) = match version {
-        Version::Current(kept) => (
-            &statements.request,
-            kept.before(request.lease_name.as_str(), request.owner.as_str(), sent_at),
-            Some(kept),
-        ),
+    // The statement, the sighting to send, whether the caller held the lease at its last
+    // answer (a test's call counts as a renewal), and the registry to record the answer in.
+    let (sql, sighting, held, kept) = match version {
+        Version::Current(kept) => {
+            let last =
+                kept.last_answer(request.lease_name.as_str(), request.owner.as_str(), sent_at);
+            (
+                &statements.request,
+                last.map(|last| last.sighting),
+                last.is_some_and(|last| last.held),
+                Some(kept),
+            )
+        }
         #[cfg(feature = "testing")]
-        Version::CurrentGiven(sighting) => (&statements.request, sighting, None),
+        Version::CurrentGiven(sighting) => (&statements.request, sighting, true, None),
         #[cfg(feature = "testing")]
-        Version::V1 => (&statements.request_v1, None, None),
+        Version::V1 => (&statements.request_v1, None, true, None),
     };
     #[cfg(feature = "testing")]
     let sighted = !matches!(version, Version::V1);
@@ -217,8 +223,7 @@ pub(crate) async fn request<D: Driver>(
     let params = &params[..count];
     // A caller that held the lease at its last answer is renewing: it goes ahead of standbys
     // when connections are scarce (see `Link::query_one_yielding`).
-    let renewing = kept.is_none_or(|kept| kept.held_at_last_answer(name, owner));
-    let row = if renewing {
+    let row = if held {
         link.query_one("request_lease", sql, params).await?
     } else {
         // A contender with a sighting has had an answer about the lease: established.
