@@ -7,8 +7,8 @@
 //! [`check_decisions`]: it plays random cases against the backend (the *system under test*, a
 //! [`DecisionSystem`]) and against the domain applied to a plain store ([`Reference`]), at
 //! instants the check chooses, and compares every answer and, after every step, what is
-//! stored. On the first disagreement, it shrinks the case to a minimal one and returns it in a
-//! [`Mismatch`].
+//! stored. On the first disagreement, it shrinks the case (proptest's shrinking, then plain
+//! edits until no one, two or three of its steps can go) and returns it in a [`Mismatch`].
 //!
 //! # The generator
 //!
@@ -56,11 +56,14 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{
+    Config as ProptestConfig, RngSeed, TestCaseError, TestError, TestRunner,
+};
 use tenure_ports::domain::{
     Contender, Lease, LeaseName, LeaseRequest, LeaseResponse, LeaseStatus, MAX_TTL, MIN_TTL, Owner,
     RecordWrite, Timestamp, Transition, ValidLeaseRequest, decide_release, decide_request,
@@ -514,12 +517,23 @@ pub struct Config {
     /// The number of cases (before shrinking). Below 100, the coverage of every rule is not
     /// required.
     pub cases: u32,
+    /// The seed of the generator: `None` for a random one (or `PROPTEST_RNG_SEED`'s), a number
+    /// to play the same cases each time (a negative control that must find the same case).
+    pub seed: Option<u64>,
 }
 
 impl Config {
-    /// `cases` cases.
+    /// `cases` cases, from a random seed.
     pub fn with_cases(cases: u32) -> Self {
-        Config { cases }
+        Config { cases, seed: None }
+    }
+
+    /// The same, from `seed`: the same cases, and the same failing case, each time.
+    pub fn with_seed(self, seed: u64) -> Self {
+        Config {
+            seed: Some(seed),
+            ..self
+        }
     }
 
     /// `PROPTEST_CASES` if it is set to a number, else `default`.
@@ -528,7 +542,7 @@ impl Config {
             .ok()
             .and_then(|c| c.parse().ok())
             .unwrap_or(default);
-        Config { cases }
+        Config::with_cases(cases)
     }
 }
 
@@ -620,7 +634,8 @@ pub struct Report {
 }
 
 /// The system under test disagreed with the domain (or broke a rule of the contract), on
-/// `case`, the smallest case found by shrinking.
+/// `case`, the smallest case found by shrinking: without any one, two or three of its steps, it
+/// passes.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Mismatch {
@@ -628,6 +643,9 @@ pub struct Mismatch {
     pub case: Option<Case>,
     /// What differed, naming the step.
     pub reason: String,
+    /// The generator's seed: [`Config::with_seed`] (or `PROPTEST_RNG_SEED`) plays the same
+    /// cases again.
+    pub seed: u64,
 }
 
 impl fmt::Display for Mismatch {
@@ -635,10 +653,11 @@ impl fmt::Display for Mismatch {
         match &self.case {
             Some(case) => write!(
                 f,
-                "the system under test and tenure_domain disagree: {}\nminimal case: {case}",
-                self.reason
+                "the system under test and tenure_domain disagree: {}\nminimal case (seed {}): \
+                 {case}",
+                self.reason, self.seed
             ),
-            None => write!(f, "{}", self.reason),
+            None => write!(f, "{} (seed {})", self.reason, self.seed),
         }
     }
 }
@@ -657,41 +676,57 @@ pub fn check_decisions_with<S: DecisionSystem>(
     config: Config,
     system: &mut S,
 ) -> Result<Report, Mismatch> {
+    let defaults = ProptestConfig::default();
+    // A seed of our own when none is given, so that a mismatch can name it.
+    let seed = config.seed.unwrap_or(match defaults.rng_seed {
+        RngSeed::Fixed(seed) => seed,
+        RngSeed::Random => RandomState::new().hash_one(std::process::id()),
+    });
     let mut runner = TestRunner::new(ProptestConfig {
         cases: config.cases,
         failure_persistence: None,
-        ..ProptestConfig::default()
+        rng_seed: RngSeed::Fixed(seed),
+        ..defaults
     });
     let keeps_fresh = system.keeps_fresh_registrations();
     let spares_on_renewal = system.spares_registrations_on_unchallenged_renewals();
     let system = RefCell::new(system);
     let report = RefCell::new(Report::default());
     let played = AtomicU64::new(0);
-    let result = runner.run(&case_strategy(), |case| {
+    let play_next = |case: &Case| {
         let n = played.fetch_add(1, Ordering::Relaxed);
-        let mut system = system.borrow_mut();
-        let mut report = report.borrow_mut();
-        let mut play = Play::new(&case, lease_name_for(n), &mut **system, &mut report)?;
-        for (i, step) in case.steps.iter().enumerate() {
-            play.step(step).map_err(|e| match e {
-                TestCaseError::Fail(why) => fail(format!("step {i} ({step:?}): {why}")),
-                reject => reject,
-            })?;
-        }
-        Ok(())
+        play_case(
+            case,
+            lease_name_for(n),
+            &mut **system.borrow_mut(),
+            &mut report.borrow_mut(),
+        )
+    };
+    let result = runner.run(&case_strategy(), |case| {
+        play_next(&case).map_err(|failure| failure.error)
     });
     match result {
         Ok(()) => {}
-        Err(TestError::Fail(reason, case)) => {
+        Err(TestError::Fail(_, case)) => {
+            let (case, failure) =
+                minimize(case.clone(), |case| play_next(case).err()).map_err(|reason| {
+                    Mismatch {
+                        case: Some(case.clone()),
+                        reason,
+                        seed,
+                    }
+                })?;
             return Err(Mismatch {
+                reason: failure.to_string(),
                 case: Some(case),
-                reason: reason.to_string(),
+                seed,
             });
         }
         Err(TestError::Abort(reason)) => {
             return Err(Mismatch {
                 case: None,
                 reason: format!("the check was aborted: {reason}"),
+                seed,
             });
         }
     }
@@ -706,6 +741,7 @@ pub fn check_decisions_with<S: DecisionSystem>(
                     config.cases,
                     unreached.join(", no ")
                 ),
+                seed,
             });
         }
     }
@@ -714,6 +750,127 @@ pub fn check_decisions_with<S: DecisionSystem>(
 
 fn fail(message: impl Into<String>) -> TestCaseError {
     TestCaseError::fail(message.into())
+}
+
+/// How a case failed: at which step (`None` before the first), and why.
+struct Failure {
+    step: Option<usize>,
+    error: TestCaseError,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.error {
+            TestCaseError::Fail(why) | TestCaseError::Reject(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Plays `case` on `lease_name` against `system` and a fresh reference.
+fn play_case<S: DecisionSystem + ?Sized>(
+    case: &Case,
+    lease_name: String,
+    system: &mut S,
+    report: &mut Report,
+) -> Result<(), Failure> {
+    let mut play = Play::new(case, lease_name, system, report)
+        .map_err(|error| Failure { step: None, error })?;
+    for (i, step) in case.steps.iter().enumerate() {
+        play.step(step).map_err(|e| Failure {
+            step: Some(i),
+            error: match e {
+                TestCaseError::Fail(why) => fail(format!("step {i} ({step:?}): {why}")),
+                reject => reject,
+            },
+        })?;
+    }
+    Ok(())
+}
+
+/// Replays beyond this many are not tried: the case found so far is reported.
+const MINIMIZE_REPLAYS: usize = 5_000;
+
+/// Makes a failing `case` (as proptest shrank it) as small as plain edits can: cut after the
+/// failing step, drop single steps, then pairs and triples of steps, merge adjacent clock
+/// moves, for as long as the case still fails. Proptest's shrinking stops at a local minimum
+/// that depends on the random case it started from (a redundant renewal kept, a clock move
+/// split in two); the case reported is then 3-minimal: without any one, two or three of its
+/// steps, it passes. `fails` replays a case; `Err` when even the case given no longer fails.
+fn minimize(
+    case: Case,
+    mut fails: impl FnMut(&Case) -> Option<Failure>,
+) -> Result<(Case, Failure), String> {
+    let replays = std::cell::Cell::new(0);
+    let mut failing = |candidate: &Case| {
+        replays.set(replays.get() + 1);
+        fails(candidate).filter(|f| matches!(f.error, TestCaseError::Fail(_)))
+    };
+    let Some(mut failure) = failing(&case) else {
+        return Err(
+            "the case proptest reported failing passes when played again: the system \
+                    under test does not decide the same way twice"
+                .into(),
+        );
+    };
+    let mut case = case;
+    loop {
+        if let Some(step) = failure.step {
+            case.steps.truncate(step + 1);
+        }
+        let mut smaller = None;
+        'edits: for edit in edits(&case) {
+            if replays.get() >= MINIMIZE_REPLAYS {
+                break 'edits;
+            }
+            if let Some(f) = failing(&edit) {
+                smaller = Some((edit, f));
+                break 'edits;
+            }
+        }
+        match smaller {
+            Some((edit, f)) => (case, failure) = (edit, f),
+            None => return Ok((case, failure)),
+        }
+    }
+}
+
+/// The cases one edit smaller than `case`, smallest edits first: each single step removed
+/// (from the last), each pair, each three steps, each two adjacent clock moves merged into one.
+fn edits(case: &Case) -> impl Iterator<Item = Case> + '_ {
+    let n = case.steps.len();
+    let without = move |drop: &[usize]| {
+        let mut smaller = case.clone();
+        smaller.steps = (0..n)
+            .filter(|i| !drop.contains(i))
+            .map(|i| case.steps[i].clone())
+            .collect();
+        smaller
+    };
+    let singles = (0..n).rev().map(move |i| without(&[i]));
+    let pairs = (0..n)
+        .rev()
+        .flat_map(move |j| (0..j).rev().map(move |i| (i, j)))
+        .map(move |(i, j)| without(&[i, j]));
+    let triples = (0..n)
+        .rev()
+        .flat_map(move |k| (0..k).rev().map(move |j| (j, k)))
+        .flat_map(move |(j, k)| (0..j).rev().map(move |i| [i, j, k]))
+        .map(move |drop| without(&drop));
+    let merges = (1..n).filter_map(move |i| match (&case.steps[i - 1], &case.steps[i]) {
+        (Step::Advance { micros: a }, Step::Advance { micros: b }) => {
+            let mut merged = without(&[i]);
+            merged.steps[i - 1] = Step::Advance {
+                micros: a.saturating_add(*b),
+            };
+            Some(merged)
+        }
+        _ => None,
+    });
+    singles
+        .chain(pairs)
+        .chain(triples)
+        .chain(merges)
+        .filter(|c| !c.steps.is_empty())
 }
 
 type StepResult = Result<(), TestCaseError>;
@@ -1233,5 +1390,79 @@ impl<'a, S: DecisionSystem + ?Sized> Play<'a, S> {
         );
         self.highest_token = token;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn advance(micros: i64) -> Step {
+        Step::Advance { micros }
+    }
+
+    fn request(owner: usize) -> Step {
+        Step::Request {
+            owner,
+            priority: None,
+            ttl: MIN_TTL,
+        }
+    }
+
+    /// Fails at the first step where the clock has moved 10 µs or more since owner 0's release.
+    fn after_a_release(case: &Case) -> Option<Failure> {
+        let mut moved = None;
+        for (i, step) in case.steps.iter().enumerate() {
+            match *step {
+                Step::Release { owner: 0 } => moved = Some(0),
+                Step::Advance { micros } => moved = moved.map(|m| m + micros),
+                _ => {}
+            }
+            if moved.is_some_and(|m| m >= 10) {
+                return Some(Failure {
+                    step: Some(i),
+                    error: fail(format!("step {i}")),
+                });
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn minimize_cuts_after_the_failure_drops_what_is_not_needed_and_merges_clock_moves() {
+        let case = Case {
+            start: 0,
+            priorities: vec![0, 0],
+            steps: vec![
+                request(0),
+                advance(4),
+                Step::Release { owner: 0 },
+                request(1),
+                advance(6),
+                advance(5),
+                request(1),
+            ],
+        };
+        let Ok((minimal, failure)) = minimize(case, after_a_release) else {
+            panic!("a failing case was not minimized");
+        };
+        assert_eq!(minimal.steps, [Step::Release { owner: 0 }, advance(11)]);
+        assert_eq!(failure.step, Some(1));
+    }
+
+    #[test]
+    fn minimize_refuses_a_case_that_passes_when_played_again() {
+        let case = Case {
+            start: 0,
+            priorities: vec![0, 0],
+            steps: vec![request(0)],
+        };
+        let Err(reason) = minimize(case, after_a_release) else {
+            panic!("a passing case was reported minimal");
+        };
+        assert!(
+            reason.contains("does not decide the same way twice"),
+            "{reason}"
+        );
     }
 }

@@ -74,21 +74,26 @@ impl DecisionSystem for InclusiveExpiry {
     delegate_release_and_observe!(0);
 }
 
+/// The seed of the negative controls below: each finds the same case every time. The size of
+/// a minimal case depends on the random case the shrinking started from (with random seeds,
+/// 3 to 7 steps were seen over 1,600 runs): a fixed seed keeps the size checks from failing
+/// one run in a few hundred.
+const SEED: u64 = 1;
+
 #[test]
 fn an_off_by_one_at_expiry_is_caught_with_a_minimal_case() {
-    let Err(mismatch) =
-        check_decisions_with(Config::with_cases(256), &mut InclusiveExpiry::default())
-    else {
+    let Err(mismatch) = check_decisions_with(
+        Config::with_cases(256).with_seed(SEED),
+        &mut InclusiveExpiry::default(),
+    ) else {
         panic!("the differential check passed a backend that is off by one at expiry");
     };
     let case = mismatch.case.clone().expect("a failing case, shrunk");
     eprintln!("{mismatch}");
     // Acquire; reach the exact instant of expiry (a clock move that lands on it, or a release,
-    // which backdates the heartbeat to exactly `now - ttl`); request again: three steps. The
-    // shrinker reaches a local minimum, which depends on the random case it started from: one
-    // redundant renewal may stay (seen in CI: request, request, release, request). A poll at
-    // half a ttl is a request too, after a clock move of its own (seen in CI: request, to the
-    // registration's expiry, poll).
+    // which backdates the heartbeat to exactly `now - ttl`); request again: three steps. A
+    // poll at half a ttl is a request too, after a clock move of its own (seen: request, to
+    // the registration's expiry, poll).
     let is_request = |s: &Step| matches!(s, Step::Request { .. } | Step::PollAtHalfTtl { .. });
     let moves_clock_or_releases = |s: &Step| !matches!(s, Step::Request { .. });
     let n = case.steps.len();
@@ -186,7 +191,8 @@ impl DecisionSystem for KeepsAtHalfTtl {
 /// Runs the check against `system`, which must fail it with a shrunk case; `passed` is the
 /// message when it does not.
 fn caught(system: &mut impl DecisionSystem, passed: &str) -> tenure_tck::differential::Mismatch {
-    let Err(mismatch) = check_decisions_with(Config::with_cases(256), system) else {
+    let Err(mismatch) = check_decisions_with(Config::with_cases(256).with_seed(SEED), system)
+    else {
         panic!("{passed}");
     };
     eprintln!("{mismatch}");
@@ -326,4 +332,24 @@ fn a_challenged_renewal_that_spares_is_caught() {
     );
     let case = mismatch.case.expect("a failing case, shrunk");
     assert!(case.steps.len() <= 6, "not shrunk: {case}");
+}
+
+#[test]
+fn a_seed_finds_the_same_case_again_and_a_mismatch_names_its_seed() {
+    let Err(first) = check_decisions_with(Config::with_cases(256), &mut InclusiveExpiry::default())
+    else {
+        panic!("the differential check passed a backend that is off by one at expiry");
+    };
+    let Err(again) = check_decisions_with(
+        Config::with_cases(256).with_seed(first.seed),
+        &mut InclusiveExpiry::default(),
+    ) else {
+        panic!("the same seed did not find the mismatch again");
+    };
+    assert_eq!(first.case, again.case);
+    assert_eq!(first.reason, again.reason);
+    assert!(
+        first.to_string().contains(&format!("seed {}", first.seed)),
+        "{first}"
+    );
 }
