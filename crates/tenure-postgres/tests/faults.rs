@@ -9,7 +9,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use support::{LOCK_KEY_SQL, admin, blocked_on_lock, builder, fresh_prefix, fresh_storage, server};
+use support::{
+    LOCK_KEY_SQL, admin, backends, blocked_on_lock, builder, fresh_prefix, fresh_storage, server,
+    settled_backends,
+};
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
     EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus, Timestamp,
@@ -492,20 +495,6 @@ async fn a_server_restart_is_unavailable_then_the_pool_recovers_by_itself(driver
 }
 }
 
-/// The pids of the server processes serving `application_name`.
-async fn backends(admin: &tokio_postgres::Client, application_name: &str) -> Vec<i32> {
-    admin
-        .query(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
-            &[&application_name],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get::<_, i32>(0))
-        .collect()
-}
-
 /// Sends `signal` (`STOP`, `CONT`) to the server process `pid`.
 fn signal(pid: i32, signal: &str) {
     let status = std::process::Command::new("kill")
@@ -535,9 +524,7 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
         .unwrap();
     let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
     assert_eq!(storage.request_lease(&request).await.unwrap().status, LeaseStatus::Leader);
-    let admin = admin().await;
-    let before = backends(&admin, &name).await;
-    assert_eq!(before.len(), 1, "{before:?}");
+    let before = settled_backends(&name, 1).await;
     let stalled = before[0];
     signal(stalled, "STOP");
     let started = std::time::Instant::now();
@@ -545,7 +532,7 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
     let elapsed = started.elapsed();
     // The next call gets a new connection: the stalled one was taken out of the pool.
     let next = storage.get_leases().await;
-    let after = backends(&admin, &name).await;
+    let after = backends(&name).await;
     signal(stalled, "CONT");
     let err = result.unwrap_err();
     assert!(err.is_unconfirmed(), "{err:?}");

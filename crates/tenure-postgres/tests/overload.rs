@@ -8,12 +8,11 @@
 
 mod support;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use support::{LOCK_KEY_SQL, admin, blocked_on_lock, server};
+use support::{LOCK_KEY_SQL, admin, backends, blocked_on_lock_in, server, settled_backends};
 use tenure_pg_test::{TempDatabase, with_database};
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::tenure_conninfo::ConnInfo;
@@ -168,21 +167,6 @@ async fn sessions_opened(database: &TempDatabase) -> i64 {
         .get(0)
 }
 
-/// The backends whose `application_name` is `name`.
-async fn backends(name: &str) -> HashSet<i32> {
-    admin()
-        .await
-        .query(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
-            &[&name],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
-}
-
 /// A session on `database` that holds the advisory lock of lease `lease` (prefix `t_`) in an
 /// open transaction, until it rolls back or drops.
 async fn holding_lock(database: &TempDatabase, lease: &str) -> tokio_postgres::Client {
@@ -282,8 +266,7 @@ async fn an_abandoned_call_is_cancelled_and_its_connection_kept() {
     .await;
     let request = LeaseRequest::new("l", "a", 0, Duration::from_secs(30));
     storage.request_lease(&request).await.unwrap();
-    let before = backends(&name).await;
-    assert_eq!(before.len(), 1, "{before:?}");
+    let before = settled_backends(&name, 1).await;
 
     // The lease's advisory lock is held elsewhere: the call waits on it past its timeout.
     let holder = holding_lock(&database, "l").await;
@@ -291,7 +274,7 @@ async fn an_abandoned_call_is_cancelled_and_its_connection_kept() {
         let (storage, request) = (storage.clone(), request.clone());
         tokio::spawn(async move { storage.request_lease(&request).await })
     };
-    let blocked = blocked_on_lock("t_", "request_lease").await;
+    let blocked = blocked_on_lock_in(database.name(), "t_", "request_lease").await;
     assert!(
         before.contains(&blocked),
         "{blocked} is not the pool's {before:?}"
@@ -340,7 +323,7 @@ async fn a_renewal_passes_standbys_that_hold_up_the_pool(driver: PostgresDriver)
             tokio::spawn(async move { storage.request_lease(&request).await })
         })
         .collect();
-    blocked_on_lock("t_", "request_lease").await;
+    blocked_on_lock_in(database.name(), "t_", "request_lease").await;
     // Time for every standby to reach the pool (or the lane) before the renewal is sent.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -389,7 +372,7 @@ async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDri
         tokio::spawn(async move { storage.request_lease(&request).await })
     };
     let first = newcomer("x", "n".to_owned());
-    blocked_on_lock("t_", "request_lease").await;
+    blocked_on_lock_in(database.name(), "t_", "request_lease").await;
     let queued: Vec<_> = (0..3).map(|i| newcomer("y", format!("n{i}"))).collect();
     // Time for the newcomers to queue in the lane before the standby comes, and for the
     // standby to queue before the turn is given back.

@@ -91,14 +91,25 @@ pub const LOCK_KEY_SQL: &str = "hashtextextended($1::text || 'leases:' || $2::te
 
 /// Waits until a statement under `prefix` calling `function` waits on a lock; its pid.
 pub async fn blocked_on_lock(prefix: &str, function: &str) -> i32 {
+    blocked_on_lock_where(prefix, function, None).await
+}
+
+/// [`blocked_on_lock`] in `database` only: for tests that share a prefix in databases of their
+/// own, where another test's call may be waiting on its own lock at the same moment.
+pub async fn blocked_on_lock_in(database: &str, prefix: &str, function: &str) -> i32 {
+    blocked_on_lock_where(prefix, function, Some(database)).await
+}
+
+async fn blocked_on_lock_where(prefix: &str, function: &str, database: Option<&str>) -> i32 {
     let client = admin().await;
     let pattern = format!("%{prefix}{function}%");
     for _ in 0..1000 {
         if let Some(row) = client
             .query_opt(
                 "SELECT pid FROM pg_stat_activity \
-                  WHERE wait_event_type = 'Lock' AND query LIKE $1 LIMIT 1",
-                &[&pattern],
+                  WHERE wait_event_type = 'Lock' AND query LIKE $1 \
+                    AND ($2::text IS NULL OR datname = $2) LIMIT 1",
+                &[&pattern, &database],
             )
             .await
             .unwrap()
@@ -108,4 +119,35 @@ pub async fn blocked_on_lock(prefix: &str, function: &str) -> i32 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("no call of {prefix}{function} ever waited on a lock");
+}
+
+/// The server processes of the sessions whose `application_name` is `name`, in order.
+pub async fn backends(name: &str) -> Vec<i32> {
+    let mut pids: Vec<i32> = admin()
+        .await
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// [`backends`] once there are `count` of them: the session that made a storage's schema ends
+/// after the storage is built, and may still be listed for a moment.
+pub async fn settled_backends(name: &str, count: usize) -> Vec<i32> {
+    let mut listed = backends(name).await;
+    for _ in 0..250 {
+        if listed.len() == count {
+            return listed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        listed = backends(name).await;
+    }
+    panic!("{listed:?} are listed for {name}, not {count}");
 }
