@@ -6,7 +6,8 @@
 //! and take a connection out of its pool for good. Everything else lives once, above it: the
 //! SQL (in `lease`, `events` and `schema`), the decoding of the answers (`decode`), the mapping
 //! of failures (`error`), the call timeout and the closed flag ([`Link`]), and the rule that a
-//! connection whose call was abandoned or broke is closed, never reused ([`Checkout`]).
+//! connection whose call broke is closed, never reused, and one whose call was abandoned is
+//! reused only once its statement is known to be over ([`Checkout`], [`Driver::abandon`]).
 //!
 //! The drivers, each behind its feature: [`deadpool`] (tokio-postgres 0.7 and deadpool-postgres
 //! 0.14) and [`sqlx`] (sqlx 0.9).
@@ -32,6 +33,11 @@ pub(crate) mod paced;
 pub(crate) mod sqlx;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+
+/// How long an abandoned call's statement may go on before its connection is given up on: the
+/// deadpool driver then sends a cancel request, the sqlx driver closes it (see each driver's
+/// `abandon`).
+pub(crate) const GRACE: Duration = Duration::from_millis(50);
 
 /// The text of one statement, built once per storage and shared with the driver's statement
 /// cache without a copy.
@@ -115,8 +121,9 @@ pub(crate) trait Driver: Send + Sync + 'static {
 
     /// Deals with `connection`, whose call was abandoned with a statement in flight (its
     /// statement's outcome is unknown, and its answer may still arrive on it): by default
-    /// closes it; the deadpool driver's own pools keep it once it is idle again
-    /// ([`paced`]).
+    /// closes it; the deadpool driver's own pools keep it once it is idle again, after a cancel
+    /// request if it is not within [`GRACE`] ([`paced`]); the sqlx driver keeps it if it is idle
+    /// within [`GRACE`].
     fn abandon(&self, connection: Self::Connection) {
         self.discard(connection);
     }

@@ -37,11 +37,10 @@ use tokio::task::JoinHandle;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, Error, Socket};
 
+use super::GRACE;
+
 /// How many connects (and cancel requests) one storage has under way at once.
 pub(crate) const CONCURRENT_CONNECTS: usize = 2;
-
-/// How long an abandoned call's statement may go on before it is cancelled.
-pub(crate) const GRACE: Duration = Duration::from_millis(50);
 
 /// A connection made for the pool: the client and the task driving its socket.
 type Made = (Client, JoinHandle<()>);

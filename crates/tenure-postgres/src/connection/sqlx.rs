@@ -16,7 +16,7 @@ use sqlx::{
     ValueRef as _,
 };
 
-use super::{Driver, Param, Sql, UrlError};
+use super::{Driver, GRACE, Param, Sql, UrlError};
 use crate::decode::{BoxError, Row, Value};
 use crate::error::Failure;
 use tenure_conninfo::ConnInfo;
@@ -273,6 +273,24 @@ impl Driver for Sqlx {
         // fault may have hit the pool's other connections too.
         drop(connection.detach());
         self.suspect_everything();
+    }
+
+    /// An abandoned call's connection goes back to the pool if it answers a ping within
+    /// [`GRACE`] (sqlx reads and drops the abandoned statement's answer first), and is closed
+    /// otherwise (a statement waiting on a lock, say: sqlx does not expose the key a cancel
+    /// request needs). Before, every abandoned connection was closed, so a storage whose calls
+    /// all timed out replaced its connections as fast as they were abandoned.
+    fn abandon(&self, mut connection: PoolConnection<Postgres>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.discard(connection);
+        };
+        runtime.spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(GRACE, connection.ping()).await {
+                return drop(connection);
+            }
+            tracing::debug!(target: "tenure_postgres", "an abandoned call's connection stayed busy: closed");
+            let _ = tokio::time::timeout(GRACE, connection.detach().close()).await;
+        });
     }
 
     fn give_back(&self, connection: PoolConnection<Postgres>) {
