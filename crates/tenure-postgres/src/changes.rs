@@ -374,6 +374,7 @@ mod tokio_session {
     use tokio_postgres::tls::MakeTlsConnect;
 
     use super::{Backoff, LeaseChange, PING_EVERY, Start, broadcast, connected, forward};
+    use crate::connection::GOODBYE;
 
     /// A session on tokio-postgres: the connection is driven here (not by a task of its own),
     /// so that its notifications are read (`poll_message`) rather than dropped.
@@ -394,12 +395,20 @@ mod tokio_session {
             Ok(Err(err)) => return format!("connecting: {err}"),
             Err(_) => return format!("connecting: no answer within {:?}", start.timeout),
         };
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        let mut session = Open {
+            client: Some(client),
+            messages: Some(futures::stream::poll_fn(move |cx| {
+                connection.poll_message(cx)
+            })),
+        };
+        let (Some(client), Some(messages)) = (&session.client, &mut session.messages) else {
+            return "the session was let go of before it listened".to_owned();
+        };
         let listen = format!("LISTEN {}", start.channel);
         if let Err(why) = alongside(
             &start.timeout,
             client.batch_execute(&listen),
-            &mut messages,
+            messages,
             sender,
         )
         .await
@@ -418,13 +427,46 @@ mod tokio_session {
                 }
                 _ = ping.tick() => {
                     if let Err(why) =
-                        alongside(&start.timeout, client.simple_query(""), &mut messages, sender)
+                        alongside(&start.timeout, client.simple_query(""), messages, sender)
                             .await
                     {
                         return format!("pinging: {why}");
                     }
                 }
             }
+        }
+    }
+
+    /// A session's client and its connection's messages. Dropped (the session failed, or the
+    /// storage closed and the listener was dropped with it), it lets the connection end its
+    /// session with the Terminate message in a task of its own, within [`GOODBYE`], instead of
+    /// cutting the socket.
+    struct Open<S>
+    where
+        S: Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Send + Unpin + 'static,
+    {
+        client: Option<tokio_postgres::Client>,
+        messages: Option<S>,
+    }
+
+    impl<S> Drop for Open<S>
+    where
+        S: Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Send + Unpin + 'static,
+    {
+        fn drop(&mut self) {
+            // tokio-postgres sends Terminate once its client is gone and nothing is due.
+            drop(self.client.take());
+            let (Some(mut messages), Ok(runtime)) =
+                (self.messages.take(), tokio::runtime::Handle::try_current())
+            else {
+                return;
+            };
+            drop(runtime.spawn(async move {
+                // Until the connection ends or fails (after a failure it may fail again at
+                // every poll, without ever waiting: not a loop to go on with).
+                let ended = async { while let Some(Ok(_)) = messages.next().await {} };
+                let _ = tokio::time::timeout(GOODBYE, ended).await;
+            }));
         }
     }
 
@@ -478,6 +520,7 @@ mod sqlx_session {
     use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
     use super::{Backoff, LeaseChange, PING_EVERY, Start, broadcast, connected, forward};
+    use crate::connection::GOODBYE;
 
     /// A session on sqlx: a `PgListener` on a pool of one connection of its own (not the
     /// storage's pool), closed when the session ends.
@@ -495,11 +538,25 @@ mod sqlx_session {
             .max_lifetime(None)
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
-        let ended = listen(&pool, start, sender, backoff).await;
         // The session's connection is not reused: the next session opens a new one.
-        let closing = pool.clone();
-        drop(tokio::spawn(async move { closing.close().await }));
-        ended
+        let pool = Closing(pool);
+        listen(&pool.0, start, sender, backoff).await
+    }
+
+    /// The session's pool, closed when the session ends or is dropped (the storage closed):
+    /// sqlx ends its connection's session with the Terminate message, within [`GOODBYE`],
+    /// instead of the socket being cut with the listener.
+    struct Closing(sqlx::PgPool);
+
+    impl Drop for Closing {
+        fn drop(&mut self) {
+            let pool = self.0.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(async move {
+                    let _ = tokio::time::timeout(GOODBYE, pool.close()).await;
+                }));
+            }
+        }
     }
 
     async fn listen(

@@ -1,6 +1,7 @@
 //! Under overload the adapter sheds load instead of amplifying it: calls that time out do not
 //! make the pool open connection after connection, and an abandoned call keeps its
-//! connection (deadpool's own pools, `connection/paced.rs`). Counted on the server
+//! connection (deadpool's own pools, `connection/paced.rs`), and a storage that closes ends
+//! its sessions instead of cutting their sockets. Counted on the server
 //! (`pg_stat_database.sessions` of a database of the test's own, `pg_stat_activity`), not
 //! by the adapter.
 
@@ -138,6 +139,21 @@ async fn storage_at(
 /// Sessions ever established on `database`, once none is left on it (the server counts a
 /// session in `pg_stat_database` for good only once its backend has reported it).
 async fn sessions_opened(database: &TempDatabase) -> i64 {
+    sessions_ended(database).await.opened
+}
+
+/// What the server counted of the sessions on a database, once they all ended.
+#[derive(Debug)]
+struct Sessions {
+    /// Sessions established.
+    opened: i64,
+    /// Sessions that ended with their client's connection lost (a socket closed without the
+    /// Terminate message), which the server also logs as an unexpected EOF.
+    abandoned: i64,
+}
+
+/// [`Sessions`] of `database`, once none is left on it.
+async fn sessions_ended(database: &TempDatabase) -> Sessions {
     let client = admin().await;
     for _ in 0..500 {
         let left: i64 = client
@@ -157,14 +173,17 @@ async fn sessions_opened(database: &TempDatabase) -> i64 {
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await
         .unwrap();
-    client
+    let row = client
         .query_one(
-            "SELECT sessions FROM pg_stat_database WHERE datname = $1",
+            "SELECT sessions, sessions_abandoned FROM pg_stat_database WHERE datname = $1",
             &[&database.name()],
         )
         .await
-        .unwrap()
-        .get(0)
+        .unwrap();
+    Sessions {
+        opened: row.get(0),
+        abandoned: row.get(1),
+    }
 }
 
 /// A session on `database` that holds the advisory lock of lease `lease` (prefix `t_`) in an
@@ -399,5 +418,42 @@ async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDri
         call.await.unwrap().unwrap();
     }
     storage.close().await.unwrap();
+}
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_storage_ends_its_sessions_instead_of_cutting_them(driver: PostgresDriver) {
+    // A session whose socket is cut without PostgreSQL's Terminate message is counted as
+    // abandoned by the server, and logged as an unexpected EOF: an operator reads it as a
+    // client that crashed or a network that failed.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let mut info = ConnInfo::parse(&database.url()).unwrap();
+    info.set("application_name", tenure_pg_test::unique_name("tenure_close"));
+    let storage = PostgresEventStorage::builder()
+        .url(info.to_key_value_string())
+        .driver(driver)
+        .prefix("t_")
+        .pool_size(3)
+        .build()
+        .await
+        .unwrap();
+    // Several connections of the pool at once, and the listener.
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let storage = storage.clone();
+            let request = LeaseRequest::new(format!("l{i}"), "a", 0, Duration::from_secs(30));
+            tokio::spawn(async move { storage.request_lease(&request).await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    }
+    storage.close().await.unwrap();
+    drop(storage);
+    let sessions = sessions_ended(&database).await;
+    // The listener's and at least one of the pool's (the schema is made on the pool's).
+    assert!(sessions.opened >= 2, "{sessions:?}");
+    assert_eq!(sessions.abandoned, 0, "sessions were cut, not ended: {sessions:?}");
 }
 }

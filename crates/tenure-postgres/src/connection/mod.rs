@@ -39,6 +39,13 @@ pub(crate) mod tls;
 /// `abandon`).
 pub(crate) const GRACE: Duration = Duration::from_millis(50);
 
+/// How long a connection that is let go of (its pool closed, or it was taken out of the pool)
+/// may take to end its session as PostgreSQL expects, with the Terminate message, before its
+/// socket is cut. A session whose socket is cut is counted as abandoned by the server
+/// (`pg_stat_database.sessions_abandoned`) and logged as an unexpected EOF, which an operator
+/// reads as a crashed client or a failed network.
+pub(crate) const GOODBYE: Duration = Duration::from_millis(100);
+
 /// The text of one statement, built once per storage and shared with the driver's statement
 /// cache without a copy.
 pub(crate) type Sql = Arc<str>;

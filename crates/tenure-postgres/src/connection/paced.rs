@@ -27,6 +27,7 @@
 //! Pools an application hands in keep their own connect behaviour; their abandoned
 //! connections are closed (the adapter cannot send a cancel request without their TLS setup).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, Error, Socket};
 
-use super::GRACE;
+use super::{GOODBYE, GRACE};
 
 /// How many connects (and cancel requests) one storage has under way at once.
 pub(crate) const CONCURRENT_CONNECTS: usize = 2;
@@ -128,14 +129,7 @@ where
             let made = config
                 .connect(pacing.tls.clone())
                 .await
-                .map(|(client, socket)| {
-                    let task = tokio::spawn(async move {
-                        if let Err(error) = socket.await {
-                            tracing::debug!(target: "tenure_postgres", %error, "connection ended");
-                        }
-                    });
-                    (client, task)
-                });
+                .map(|(client, socket)| (client, drive(socket)));
             if let Err(Ok(made)) = answer.send(made) {
                 tracing::debug!(target: "tenure_postgres", "a connection made after its caller left is kept for the next");
                 pacing.stash.keep(made, pacing.limit);
@@ -146,10 +140,7 @@ where
             // The task ended without an answer (the runtime is shutting down): connect here.
             Err(_) => {
                 let (client, socket) = inline.connect(self.tls.clone()).await?;
-                let task = tokio::spawn(async move {
-                    let _ = socket.await;
-                });
-                Ok((client, task))
+                Ok((client, drive(socket)))
             }
         }
     }
@@ -196,6 +187,43 @@ where
             drop(Object::take(connection));
         }
     }
+}
+
+/// Drives `socket`, a connection's future, in a task of its own; returns the handle of a
+/// watcher task that stands for it, for deadpool.
+///
+/// deadpool aborts the task it is given when it drops a connection (its pool closed, or the
+/// connection was taken out of it), which would cut the socket with the session still open.
+/// Aborting the watcher instead tells the driving task to let the connection end as
+/// tokio-postgres ends it once its client is dropped (the Terminate message, after any answer
+/// still due), within [`GOODBYE`]; past that (a stalled server) the socket is cut.
+fn drive<F>(socket: F) -> JoinHandle<()>
+where
+    F: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let (goodbye, said) = oneshot::channel::<()>();
+    let driving = tokio::spawn(async move {
+        tokio::pin!(socket);
+        let ended = tokio::select! {
+            ended = &mut socket => Some(ended),
+            _ = said => tokio::time::timeout(GOODBYE, &mut socket).await.ok(),
+        };
+        match ended {
+            Some(Ok(())) => {}
+            Some(Err(error)) => {
+                tracing::debug!(target: "tenure_postgres", %error, "connection ended");
+            }
+            None => {
+                tracing::debug!(target: "tenure_postgres", "a connection let go of did not end within {GOODBYE:?}: cut");
+            }
+        }
+    });
+    tokio::spawn(async move {
+        // Dropped when this task ends or is aborted; dropping `driving`'s handle leaves it
+        // running.
+        let _goodbye = goodbye;
+        let _ = driving.await;
+    })
 }
 
 /// Whether `connection` answers an empty statement (queued behind whatever it still runs)
