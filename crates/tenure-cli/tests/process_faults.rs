@@ -408,14 +408,8 @@ fn case2_killing_every_tenure_process_of_the_tree_takes_the_command_tree_with_th
             .next()
             .expect("a reaper");
         kill(a.pid(), Signal::SIGKILL).unwrap();
-        // As `pkill -9` does: the runner's death may have taken the guard and the reaper with
-        // it before their own signal is sent (seen in CI: ESRCH), which is no error.
-        for pid in [guard, Pid::from_raw(reaper)] {
-            match kill(pid, Signal::SIGKILL) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(err) => panic!("kill -9 {pid}: {err}"),
-            }
-        }
+        kill_unless_gone(guard);
+        kill_unless_gone(Pid::from_raw(reaper));
     });
     println!(
         "case 2 (runner, guard and reaper killed): command tree gone {gone:?} later, next \
@@ -423,11 +417,20 @@ fn case2_killing_every_tenure_process_of_the_tree_takes_the_command_tree_with_th
     );
 }
 
+/// SIGKILL to `pid`, as `pkill -9` sends it after the runner's: the runner's death may have
+/// taken `pid` with it before its own signal is sent (seen in CI: ESRCH), which is no error.
+fn kill_unless_gone(pid: Pid) {
+    match kill(pid, Signal::SIGKILL) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(err) => panic!("kill -9 {pid}: {err}"),
+    }
+}
+
 fn runner_and_guard_killed(contain: &str) {
     let (gone, next, _) = hit_the_leader(contain, |a| {
         let guard = a.guard();
         a.signal(Signal::SIGKILL);
-        kill(guard, Signal::SIGKILL).unwrap();
+        kill_unless_gone(guard);
     });
     println!(
         "({contain}) case 2 (runner and guard killed): command tree gone {gone:?} later, next \
