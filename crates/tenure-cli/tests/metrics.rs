@@ -67,7 +67,9 @@ impl Contender {
     fn start(url: &str, prefix: &str, lease: &str, owner: &str) -> Contender {
         let metrics = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_tenure"))
-            .args(["run", "--lease", lease, "--owner", owner, "--ttl", "1s"])
+            // 2 s: at 1 s (a call timeout of 167 ms) two slow renewals on a loaded machine
+            // can make the leader lapse, and the gauges and counters below count it.
+            .args(["run", "--lease", lease, "--owner", owner, "--ttl", "2s"])
             .args(["--prefix", prefix, "--metrics-listen", &metrics.to_string()])
             .args(["--", "sleep", "60"])
             .env("TENURE_DATABASE_URL", url)

@@ -14,8 +14,10 @@ use nix::unistd::Pid;
 use support::alive;
 use tenure_pg_test::{PrefixGuard, server, unique_name, unique_prefix};
 
-const TTL: Duration = Duration::from_secs(1);
-const POLL: Duration = Duration::from_millis(333);
+/// The ttl of [`Scene::run`]: at 1 s (a call timeout of ttl/6, 167 ms) two slow renewals in a
+/// row on a loaded machine made a leader lapse, as `process_faults.rs` saw.
+const TTL: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(667);
 
 struct Scene {
     url: String,
@@ -49,7 +51,7 @@ impl Scene {
     /// clock that no step of the wall clock moves. `tenure run`'s own log goes to
     /// [`Scene::stderr`].
     fn run(&self, name: &str, priority: i64, body: &str) -> Child {
-        self.run_with_ttl(name, priority, "1s", body)
+        self.run_with_ttl(name, priority, "2s", body)
     }
 
     /// As [`Scene::run`], with a ttl of `ttl` (as `--ttl` takes it).
@@ -100,6 +102,24 @@ impl Scene {
             let client = tenure_pg_test::connect(&self.url).await.unwrap();
             client.query_one(sql, &[]).await.unwrap().get(0)
         })
+    }
+
+    /// Waits until `owner` is registered as a contender for the lease (its first request was
+    /// answered), at most `limit`.
+    fn wait_for_contender(&self, owner: &str, limit: Duration) {
+        let began = Instant::now();
+        let registered = format!(
+            "SELECT count(*)::float8 FROM {}lease_contenders WHERE lease_name = '{}' \
+             AND owner = '{owner}'",
+            self.prefix, self.lease
+        );
+        while self.query_f64(&registered) < 1.0 {
+            assert!(
+                began.elapsed() < limit,
+                "{owner} did not register within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The database's clock now, in seconds since the epoch.
@@ -270,8 +290,8 @@ fn when_the_leader_is_killed_the_standby_takes_over_within_ttl_and_a_poll() {
     let mut first = scene.run("a", 0, "sleep 60");
     let started = scene.wait_for_starts(1, Duration::from_secs(10));
     let mut second = scene.run("b", 0, "sleep 60");
-    // Let the standby register, and the leader renew a few times.
-    std::thread::sleep(Duration::from_millis(800));
+    // The standby registers, and the leader renews meanwhile.
+    scene.wait_for_contender("b", Duration::from_secs(10));
     assert_eq!(scene.lines().len(), 1, "only one child runs");
 
     let killed_at = uptime();
@@ -352,7 +372,7 @@ fn a_leader_stopped_by_sigterm_hands_over_without_waiting_for_the_standbys_poll(
     scene.wait_for_starts(1, Duration::from_secs(10));
     let mut b = scene.run_with_ttl("b", 0, "60s", "sleep 0.2");
     // b's first request (at its start) registers it, and it stands by.
-    std::thread::sleep(Duration::from_secs(1));
+    scene.wait_for_contender("b", Duration::from_secs(10));
     assert_eq!(scene.lines().len(), 1, "only one child runs");
 
     let stopped_at = uptime();
@@ -380,7 +400,7 @@ fn with_no_notifications_a_release_waits_for_the_standbys_poll() {
     let mut a = scene.run_with_ttl("a", 0, "60s", "sleep 60");
     scene.wait_for_starts(1, Duration::from_secs(10));
     let mut b = scene.run_polling("b", 0, "60s", "sleep 0.2");
-    std::thread::sleep(Duration::from_secs(1));
+    scene.wait_for_contender("b", Duration::from_secs(10));
     sigterm(&a);
     assert_eq!(
         wait_with_limit(&mut a, Duration::from_secs(10)).code(),
@@ -399,8 +419,8 @@ fn with_no_notifications_a_release_waits_for_the_standbys_poll() {
 #[test]
 fn with_no_notifications_handovers_happen_by_polling() {
     let scene = Scene::new();
-    let mut a = scene.run_polling("a", 0, "1s", "sleep 1");
-    let mut b = scene.run_polling("b", 0, "1s", "sleep 0.2");
+    let mut a = scene.run_polling("a", 0, "2s", "sleep 1");
+    let mut b = scene.run_polling("b", 0, "2s", "sleep 0.2");
     assert_eq!(
         wait_with_limit(&mut a, Duration::from_secs(15)).code(),
         Some(0)
