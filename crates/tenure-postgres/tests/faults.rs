@@ -156,7 +156,9 @@ on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_its_timeout_is_unavailable_in_time_and_the_pool_recovers(driver: PostgresDriver) {
     let guard = fresh_prefix();
-    let timeout = Duration::from_millis(300);
+    // The next call waits for the abandoned one's connection to be drained (or replaced)
+    // within the same timeout: 300 ms left it little on a loaded machine.
+    let timeout = Duration::from_secs(1);
     let storage = builder(driver, &guard)
         .pool_size(1)
         .call_timeout(timeout)
@@ -512,7 +514,9 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
     let guard = fresh_prefix();
     let name = format!("stall-{}", guard.prefix());
     let separator = if server().url.contains('?') { '&' } else { '?' };
-    let timeout = Duration::from_millis(500);
+    // The next call waits for the stalled connection to be given up on and replaced within the
+    // same timeout: 500 ms left it little on a loaded machine.
+    let timeout = Duration::from_secs(1);
     let storage = PostgresEventStorage::builder().driver(driver)
         .url(format!("{}{separator}application_name={name}", server().url))
         .driver(driver)

@@ -25,8 +25,12 @@ use support::{admin, builder, fresh_prefix};
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::{PostgresDriver, SchemaMode};
 
-const TTL: Duration = Duration::from_millis(300);
-const POLL: Duration = Duration::from_millis(60);
+/// Long enough that a holder renewing every [`POLL`], with a call of the other side's in
+/// between, does not lapse on a loaded machine (at 300 ms it could).
+const TTL: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(100);
+/// The ttl of the old process's first tenure, which must outlive the new process's `Ensure`.
+const BEFORE_THE_ROUNDS: Duration = Duration::from_secs(60);
 
 /// The previous release's DDL: every shipped migration before v2.
 fn previous_release_ddl(prefix: &str) -> String {
@@ -56,7 +60,8 @@ async fn rolling_upgrade(driver: PostgresDriver) {
     let request = |owner: &str| LeaseRequest::new(lease, owner, 0, TTL);
 
     // The old process alone, before the new schema exists.
-    let first = old.request_lease(&request("old")).await.unwrap();
+    let long = LeaseRequest::new(lease, "old", 0, BEFORE_THE_ROUNDS);
+    let first = old.request_lease(&long).await.unwrap();
     assert_eq!(first.status, LeaseStatus::Leader);
     assert_eq!(first.fencing_token.get(), 1);
 
@@ -66,7 +71,7 @@ async fn rolling_upgrade(driver: PostgresDriver) {
         .build()
         .await
         .unwrap();
-    let renewed = old.request_lease(&request("old")).await.unwrap();
+    let renewed = old.request_lease(&long).await.unwrap();
     assert_eq!(renewed.status, LeaseStatus::Leader, "v1 broke after Ensure");
     assert_eq!(renewed.fencing_token.get(), 1);
 

@@ -433,7 +433,9 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks(driver: PostgresD
             .await
             .unwrap();
         let lease = format!("lp-{mode:?}");
-        let a = LeaseRequest::new(&lease, "a", 0, Duration::from_millis(300));
+        // a's registration must lapse below; its ttl is short, but long enough that its three
+        // calls stay within it on a loaded machine.
+        let a = LeaseRequest::new(&lease, "a", 0, Duration::from_secs(1));
         let b = LeaseRequest::new(&lease, "b", 1, Duration::from_secs(60));
         assert_eq!(
             storage.request_lease(&a).await.unwrap().status,
@@ -450,7 +452,7 @@ async fn least_privilege_role_runs_leases_events_and_bookmarks(driver: PostgresD
         storage.release_lease(&lease, "a").await.unwrap();
         let taken = storage.request_lease(&b).await.unwrap();
         assert_eq!(taken.fencing_token.get(), 2);
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(1050)).await;
         storage.request_lease(&b).await.unwrap();
         assert!(storage.get_leases().await.unwrap().get(&lease).is_some());
         let contenders = storage.get_lease_contenders(&lease).await.unwrap();

@@ -200,8 +200,13 @@ async fn partition(link: Link) {
         poll,
         ttl + poll
     );
+    // Seen by this task, which wakes after the elector's timer fired and the state was sent:
+    // on a loaded 2-core machine that is late by tens of milliseconds and more, so the bound
+    // is the takeover's scheduling allowance. That the timer fires at the deadline itself is
+    // checked in paused time (`tenure-election/tests/elector.rs`, `leadership_lapses_at_its_
+    // deadline_*`).
     assert!(
-        a_demoted <= valid_until + Duration::from_millis(20),
+        a_demoted <= valid_until + Duration::from_millis(250),
         "a demoted itself {:?} after its deadline",
         a_demoted - valid_until
     );
