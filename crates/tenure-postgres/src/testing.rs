@@ -1,5 +1,5 @@
-//! Hooks for the crate's property test, behind the `testing` feature: lease calls with a
-//! stand-in for the database clock, and what they decided. An application has no use for
+//! Hooks for the crate's tests, behind the `testing` feature: lease calls with a stand-in for
+//! the database clock, and what they decided; how many calls wait in the standbys' lane. An application has no use for
 //! them, and a build without the feature has none of them.
 
 use tenure_ports::domain::Transition;
@@ -69,5 +69,11 @@ impl PostgresEventStorage {
         on_adapter!(self.engine(), a => {
             lease::contenders(&a.link, &a.leases, lease_name, Clock::At(now)).await
         })
+    }
+
+    /// How many standbys' requests wait for a turn of the lane that keeps them from taking
+    /// every connection: a test that orders callers in the lane waits for them to be there.
+    pub fn waiting_in_lane(&self) -> usize {
+        on_adapter!(self.engine(), a => a.link.waiting_in_lane())
     }
 }

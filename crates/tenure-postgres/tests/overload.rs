@@ -186,6 +186,20 @@ async fn sessions_ended(database: &TempDatabase) -> Sessions {
     }
 }
 
+/// Waits until `count` requests wait in `storage`'s standbys' lane (at most 10 s).
+async fn in_lane(storage: &PostgresEventStorage, count: usize) {
+    for _ in 0..1000 {
+        if storage.waiting_in_lane() == count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{} requests wait in the lane, not {count}",
+        storage.waiting_in_lane()
+    );
+}
+
 /// A session on `database` that holds the advisory lock of lease `lease` (prefix `t_`) in an
 /// open transaction, until it rolls back or drops.
 async fn holding_lock(database: &TempDatabase, lease: &str) -> tokio_postgres::Client {
@@ -395,9 +409,9 @@ async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDri
     let first = newcomer("x", "n".to_owned());
     blocked_on_lock_in(database.name(), "t_", "request_lease").await;
     let queued: Vec<_> = (0..3).map(|i| newcomer("y", format!("n{i}"))).collect();
-    // Time for the newcomers to queue in the lane before the standby comes, and for the
-    // standby to queue before the turn is given back.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The newcomers queue in the lane before the standby comes, and the standby queues before
+    // the turn is given back.
+    in_lane(&storage, 3).await;
     let answer = {
         let (storage, established) = (storage.clone(), established.clone());
         tokio::spawn(async move {
@@ -405,7 +419,7 @@ async fn an_established_standby_passes_newcomers_in_the_lane(driver: PostgresDri
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    in_lane(&storage, 4).await;
     x.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
 

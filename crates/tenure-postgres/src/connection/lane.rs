@@ -156,6 +156,19 @@ impl Lane {
         }
     }
 
+    /// How many callers wait for a turn (those that left not counted).
+    #[cfg(feature = "testing")]
+    pub(crate) fn waiting(&self) -> usize {
+        let queue = self.lock();
+        queue
+            .patient
+            .iter()
+            .chain(queue.overdue.iter())
+            .flatten()
+            .filter(|w| !w.turn.is_closed())
+            .count()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // Nothing panics while the lock is held; a poisoned lock still holds a sound state.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)

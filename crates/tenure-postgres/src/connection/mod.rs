@@ -253,6 +253,12 @@ impl<D: Driver> Link<D> {
         one_row(what, self.query(what, sql, params).await?)
     }
 
+    /// How many standbys' requests wait for a turn of the yielding lane.
+    #[cfg(feature = "testing")]
+    pub(crate) fn waiting_in_lane(&self) -> usize {
+        self.yielding.waiting()
+    }
+
     /// [`query_one`](Self::query_one) for a call that yields to renewals (a standby's
     /// request): it waits for a turn of the yielding lane before it checks a connection out,
     /// within the same call timeout, as a waiter of `standing` that keeps its place in the
