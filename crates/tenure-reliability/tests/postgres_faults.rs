@@ -210,9 +210,15 @@ async fn partition(link: Link) {
         "a demoted itself {:?} after its deadline",
         a_demoted - valid_until
     );
+    // No overlap: the new leader was not told it leads before the cut-off leader's own
+    // deadline (until which a acts as leader). `elected` is when this task saw it, no earlier
+    // than when it happened, so a late wake-up can hide an overlap but never invent one. (It
+    // compared `a_demoted < elected` before: both seen one after the other by this task, which
+    // could not fail.)
     assert!(
-        a_demoted < elected,
-        "the new leader was elected before the cut-off leader demoted itself"
+        valid_until <= elected,
+        "the new leader was elected {:?} before the cut-off leader's deadline",
+        valid_until - elected
     );
     // The bound is ttl + one poll interval; scheduling on a loaded 2-core machine gets 250 ms.
     assert!(
