@@ -15,7 +15,7 @@
 //!   semaphore), and a connect whose caller left before it got its turn is not made at all.
 //!   With the pool's own bound on its size, the server sees at most the pool's size plus that
 //!   many connections being set up, whatever the offered load.
-//! * **An abandoned call keeps its connection** ([`drain`]): its statement is left to finish
+//! * **An abandoned call keeps its connection** ([`drain`](Pacing::drain)): its statement is left to finish
 //!   (tokio-postgres discards the answer nobody waits for), and the connection goes back to the
 //!   pool once an empty statement queued behind it is answered. If that takes longer than
 //!   [`GRACE`] (the statement waits on a lock, say), a cancel request (PostgreSQL's, on a
@@ -23,6 +23,9 @@
 //!   that a cancel does not make idle at once (a stalled backend), or that without a cancel
 //!   does not come back within the connect timeout (what a replacement could take), is
 //!   closed.
+//! * **A connection let go of ends its session** ([`drive`]): when the pool closes or drops
+//!   a connection, its session ends with PostgreSQL's Terminate message within [`GOODBYE`]
+//!   instead of having its socket cut (which the server counts as an abandoned session).
 //!
 //! Pools an application hands in keep their own connect behaviour; their abandoned
 //! connections are closed (the adapter cannot send a cancel request without their TLS setup).
@@ -146,7 +149,7 @@ where
     }
 
     /// Deals with `connection`, whose call was abandoned with a statement in flight, in a task
-    /// of its own: see [`drain`].
+    /// of its own: see [`drain`](Self::drain).
     pub(crate) fn abandon(self: &Arc<Self>, connection: Object, bound: Duration) {
         let pacing = Arc::clone(self);
         tokio::spawn(async move { pacing.drain(connection, bound).await });
