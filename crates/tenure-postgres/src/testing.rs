@@ -1,6 +1,6 @@
 //! Hooks for the crate's tests, behind the `testing` feature: lease calls with a stand-in for
-//! the database clock, and what they decided; how many calls wait in the standbys' lane. An application has no use for
-//! them, and a build without the feature has none of them.
+//! the database clock, and what they decided; how many calls wait in the standbys' lane. An
+//! application has no use for them, and a build without the feature has none of them.
 
 use tenure_ports::domain::Transition;
 use tenure_ports::{

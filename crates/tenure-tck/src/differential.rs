@@ -635,7 +635,7 @@ pub struct Report {
 
 /// The system under test disagreed with the domain (or broke a rule of the contract), on
 /// `case`, the smallest case found by shrinking: without any one, two or three of its steps, it
-/// passes.
+/// passes (unless shrinking stopped at its bound of 5,000 replays).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Mismatch {
@@ -800,11 +800,9 @@ fn minimize(
     case: Case,
     mut fails: impl FnMut(&Case) -> Option<Failure>,
 ) -> Result<(Case, Failure), String> {
-    let replays = std::cell::Cell::new(0);
-    let mut failing = |candidate: &Case| {
-        replays.set(replays.get() + 1);
-        fails(candidate).filter(|f| matches!(f.error, TestCaseError::Fail(_)))
-    };
+    let mut failing =
+        |candidate: &Case| fails(candidate).filter(|f| matches!(f.error, TestCaseError::Fail(_)));
+    let mut replays = 1;
     let Some(mut failure) = failing(&case) else {
         return Err(
             "the case proptest reported failing passes when played again: the system \
@@ -818,13 +816,14 @@ fn minimize(
             case.steps.truncate(step + 1);
         }
         let mut smaller = None;
-        'edits: for edit in edits(&case) {
-            if replays.get() >= MINIMIZE_REPLAYS {
-                break 'edits;
+        for edit in edits(&case) {
+            if replays >= MINIMIZE_REPLAYS {
+                break;
             }
+            replays += 1;
             if let Some(f) = failing(&edit) {
                 smaller = Some((edit, f));
-                break 'edits;
+                break;
             }
         }
         match smaller {

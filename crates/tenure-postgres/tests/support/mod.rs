@@ -123,8 +123,26 @@ async fn blocked_on_lock_where(prefix: &str, function: &str, database: Option<&s
 
 /// The server processes of the sessions whose `application_name` is `name`, in order.
 pub async fn backends(name: &str) -> Vec<i32> {
-    let mut pids: Vec<i32> = admin()
-        .await
+    backends_seen_by(&admin().await, name).await
+}
+
+/// [`backends`] once there are `count` of them: the session that made a storage's schema ends
+/// after the storage is built, and may still be listed for a moment.
+pub async fn settled_backends(name: &str, count: usize) -> Vec<i32> {
+    let admin = admin().await;
+    let mut listed = backends_seen_by(&admin, name).await;
+    for _ in 0..250 {
+        if listed.len() == count {
+            return listed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        listed = backends_seen_by(&admin, name).await;
+    }
+    panic!("{listed:?} are listed for {name}, not {count}");
+}
+
+async fn backends_seen_by(admin: &tokio_postgres::Client, name: &str) -> Vec<i32> {
+    let mut pids: Vec<i32> = admin
         .query(
             "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
             &[&name],
@@ -136,18 +154,4 @@ pub async fn backends(name: &str) -> Vec<i32> {
         .collect();
     pids.sort_unstable();
     pids
-}
-
-/// [`backends`] once there are `count` of them: the session that made a storage's schema ends
-/// after the storage is built, and may still be listed for a moment.
-pub async fn settled_backends(name: &str, count: usize) -> Vec<i32> {
-    let mut listed = backends(name).await;
-    for _ in 0..250 {
-        if listed.len() == count {
-            return listed;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        listed = backends(name).await;
-    }
-    panic!("{listed:?} are listed for {name}, not {count}");
 }
