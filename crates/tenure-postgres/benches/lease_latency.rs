@@ -26,7 +26,9 @@
 //! Latency: one caller, the sides interleaved in rounds of 100 calls, median and p90/p99 per
 //! side. Throughput: 8 concurrent callers over the 1,000 rows/leases, each caller its own
 //! share, the sides interleaved in 2-second slices (a takeover slice ends sooner, after one
-//! round over its 1,000 leases, as each lease can be taken over once per prepared round). It prints the figures and, per driver, the
+//! round over its 1,000 leases, as each lease can be taken over once per prepared round), with
+//! the benchmark process's own CPU time per call in those slices (the client's share of the
+//! cores the server also runs on, from `/proc`). It prints the figures and, per driver, the
 //! ratios against the targets (renewal median ≤ 1.3 × floor, renewal throughput ≥ 0.8 × floor).
 //! It creates its own prefix and drops it afterwards.
 //!
@@ -388,6 +390,9 @@ fn main() {
         let seconds = env_number("TENURE_BENCH_SECONDS", 12);
         let mut counts = vec![0u64; sides.len()];
         let mut spent = vec![Duration::ZERO; sides.len()];
+        // The benchmark process's own CPU time per side (its callers and the drivers: the
+        // client's share of the two cores the server also runs on).
+        let mut client_cpu = vec![Duration::ZERO; sides.len()];
         let base = Arc::new(AtomicU64::new(i.div_ceil(ROWS) as u64 * ROWS as u64));
         for _ in 0..seconds.div_ceil(2) {
             for (s, side) in sides.iter().enumerate() {
@@ -401,6 +406,7 @@ fn main() {
                 let done = Arc::new(AtomicU64::new(0));
                 let stop = Instant::now() + Duration::from_secs(2);
                 let started = Instant::now();
+                let cpu_before = support::process_cpu();
                 let tasks: Vec<_> = (0..CALLERS)
                     .map(|c| {
                         let (bench, done, side) = (bench.clone(), done.clone(), *side);
@@ -426,14 +432,17 @@ fn main() {
                     Ordering::Relaxed,
                 );
                 spent[s] += started.elapsed();
+                if let (Some(before), Some(after)) = (cpu_before, support::process_cpu()) {
+                    client_cpu[s] += after.saturating_sub(before);
+                }
                 counts[s] += done.load(Ordering::Relaxed);
             }
         }
 
         println!();
         println!(
-            "{:<44} {:>10} {:>10} {:>10} {:>14}",
-            "side", "median ms", "p90 ms", "p99 ms", "calls/s (x8)"
+            "{:<44} {:>10} {:>10} {:>10} {:>14} {:>16}",
+            "side", "median ms", "p90 ms", "p99 ms", "calls/s (x8)", "client µs/call"
         );
         let mut medians = vec![Duration::ZERO; sides.len()];
         let mut rates = vec![0f64; sides.len()];
@@ -443,12 +452,13 @@ fn main() {
             medians[s] = percentile(&sorted, 0.5);
             rates[s] = counts[s] as f64 / spent[s].as_secs_f64();
             println!(
-                "{:<44} {:>10.3} {:>10.3} {:>10.3} {:>14.0}",
+                "{:<44} {:>10.3} {:>10.3} {:>10.3} {:>14.0} {:>16.1}",
                 side.label(),
                 ms(medians[s]),
                 ms(percentile(&sorted, 0.9)),
                 ms(percentile(&sorted, 0.99)),
-                rates[s]
+                rates[s],
+                client_cpu[s].as_secs_f64() * 1e6 / counts[s].max(1) as f64
             );
         }
         println!();

@@ -276,7 +276,7 @@ pub(crate) async fn append<D: Driver>(
     ];
     let sql = &statements.append;
     let rows = link
-        .timed(what, async {
+        .timed(what, || async {
             let mut connection = link.checkout(what).await?;
             let mut result = connection.query(sql, &params).await;
             if key.is_some()
@@ -321,7 +321,7 @@ pub(crate) async fn read<D: Driver>(
         }
     }
     let sql = statements.read(options.direction, query);
-    link.timed(what, async {
+    link.timed(what, || async {
         let mut connection = link.checkout(what).await?;
         let rows = connection
             .query(sql, &params)

@@ -1,5 +1,8 @@
 //! What the PostgreSQL benchmarks share.
 
+// Each benchmark uses a part of it.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 use tenure_postgres::deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -19,4 +22,16 @@ pub fn application_pool(url: &str, size: usize) -> Pool {
         },
     );
     Pool::builder(manager).max_size(size).build().unwrap()
+}
+
+/// The CPU time this process has used so far, user and system, from `/proc/self/stat` (in
+/// clock ticks of 10 ms: read it over seconds of work, not single calls). `None` where there
+/// is no `/proc`.
+pub fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name, in parentheses, may hold spaces: the fields counted follow it.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }

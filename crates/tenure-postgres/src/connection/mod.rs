@@ -185,18 +185,25 @@ impl<D: Driver> Link<D> {
         }
     }
 
-    /// Runs `work` (which checks a connection out with [`checkout`](Self::checkout)) within
-    /// the call timeout, unless the storage is closed.
-    pub(crate) async fn timed<T>(
+    /// Runs the future `work` makes (which checks a connection out with
+    /// [`checkout`](Self::checkout)) within the call timeout, unless the storage is closed.
+    ///
+    /// `work` is a closure so that its future is made here, inside the timeout: a future passed
+    /// in as an argument of an `async fn` is held twice in the caller's future (as the argument,
+    /// and as what is awaited), and every layer of a call copies what it holds.
+    pub(crate) async fn timed<T, F>(
         &self,
         what: &'static str,
-        work: impl Future<Output = Result<T, EventStorageError>>,
-    ) -> Result<T, EventStorageError> {
+        work: impl FnOnce() -> F,
+    ) -> Result<T, EventStorageError>
+    where
+        F: Future<Output = Result<T, EventStorageError>>,
+    {
         if self.is_closed() {
             return Err(EventStorageError::Closed);
         }
         let timeout = self.call_timeout;
-        match tokio::time::timeout(timeout, work).await {
+        match tokio::time::timeout(timeout, work()).await {
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!(target: "tenure_postgres", what, ?timeout, "call timed out");
@@ -233,7 +240,7 @@ impl<D: Driver> Link<D> {
         sql: &Sql,
         params: &[Param<'_>],
     ) -> Result<Vec<D::Row>, EventStorageError> {
-        self.timed(what, async {
+        self.timed(what, || async {
             let mut connection = self.checkout(what).await?;
             connection
                 .query(sql, params)
@@ -273,7 +280,7 @@ impl<D: Driver> Link<D> {
         patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let rows = self
-            .timed(what, async {
+            .timed(what, || async {
                 let _turn = self.yielding.turn(standing, patience).await;
                 let mut connection = self.checkout(what).await?;
                 connection

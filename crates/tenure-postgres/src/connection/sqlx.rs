@@ -123,9 +123,12 @@ impl Sqlx {
             drop(waited);
             return Ok(connection);
         }
-        let acquire = self.pool.acquire();
+        // sqlx's acquire future holds a whole connect (some 29 KB): it is made inside the task
+        // that waits (or in a box), so that it is not part of every call's future, which
+        // every layer of the call would otherwise copy (see `lease::tests`).
+        let pool = self.pool.clone();
         let wait = async move {
-            let acquired = acquire.await;
+            let acquired = pool.acquire().await;
             drop(waited);
             acquired
         };
@@ -134,7 +137,7 @@ impl Sqlx {
                 Ok(acquired) => acquired.map_err(failure),
                 Err(_) => Err(Failure::PoolClosed),
             },
-            Err(_) => wait.await.map_err(failure),
+            Err(_) => Box::pin(wait).await.map_err(failure),
         }
     }
 
