@@ -34,9 +34,11 @@
 //!   leases and of the added ones were answered in time.
 //!
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
-//! the server sessions opened (`pg_stat_database.sessions`); then the largest N sustained, its
-//! lease calls/s, and their ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own
-//! prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000);
+//! the server sessions opened (`pg_stat_database.sessions`), with each second of the window
+//! (calls answered in time, p99) and the benchmark process's CPU time per call; then the
+//! largest N sustained, its lease calls/s, and their ratio to the floor's UPDATEs/s (target
+//! ≥ 0.7x). It creates its own prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps
+//! the ramp (default 16,000);
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
 //! there, if N is sustained), for a quicker run when N is known; `TENURE_BENCH_FACTORS=3`
 //! (a comma-separated list, default `2,3`) runs only the overloads named, to look at one
@@ -102,6 +104,11 @@ struct Step {
     timeouts: u64,
     errors: u64,
     sessions: i64,
+    /// Each second of the window: the calls sent in it and answered in time, and their p99.
+    per_second: Vec<(usize, Duration)>,
+    /// The benchmark process's CPU time per call over the whole step (its contenders and the
+    /// storage: the client's share of the cores the server also runs on), if `/proc` says.
+    client_cpu_per_call: Option<Duration>,
 }
 
 impl Step {
@@ -263,6 +270,7 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<Call>>>) -> Vec<Call> {
 async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
     let storage = storage(url, prefix).await;
     let before = sessions(admin).await;
+    let cpu_before = support::process_cpu();
     let at = tokio::time::Instant::now() + Duration::from_millis(100);
     let end = at + WARM_UP + WINDOW;
     let calls = joined(spawn_contenders(
@@ -273,6 +281,9 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
         end,
     ))
     .await;
+    let cpu = support::process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let opened = sessions(admin).await - before;
     storage.close().await.unwrap();
     // The window is the same for every contender: from one ttl after the first start.
@@ -281,6 +292,19 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
     answered.sort_unstable();
     let errors = window.iter().filter(|c| c.error).count() as u64;
     let wanted = (leases * CONTENDERS) as f64 * (WINDOW.as_secs_f64() / POLL.as_secs_f64());
+    let window_start = end - WINDOW;
+    let per_second = (0..WINDOW.as_secs())
+        .map(|second| {
+            let from = window_start + Duration::from_secs(second);
+            let mut in_second: Vec<Duration> = window
+                .iter()
+                .filter(|c| c.sent >= from && c.sent < from + Duration::from_secs(1))
+                .filter_map(|c| c.answered)
+                .collect();
+            in_second.sort_unstable();
+            (in_second.len(), percentile(&in_second, 0.99))
+        })
+        .collect();
     Step {
         leases,
         wanted_per_s: wanted / WINDOW.as_secs_f64(),
@@ -290,6 +314,8 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
         timeouts: window.len() as u64 - answered.len() as u64 - errors,
         errors,
         sessions: opened,
+        per_second,
+        client_cpu_per_call: cpu.map(|cpu| cpu / calls.len().max(1) as u32),
     }
 }
 
@@ -435,6 +461,18 @@ fn main() {
                 s.errors,
                 s.sessions
             );
+            let per_second: Vec<String> = s
+                .per_second
+                .iter()
+                .map(|(answered, p99)| format!("{answered}/{}", ms(*p99)))
+                .collect();
+            println!("    per second (answered in time/p99 ms): {}", per_second.join(" "));
+            if let Some(cpu) = s.client_cpu_per_call {
+                println!(
+                    "    the benchmark process: {:.1} µs of CPU per call",
+                    cpu.as_secs_f64() * 1e6
+                );
+            }
             // The next step's leases have names of their own; the tables keep this step's
             // rows, and their statistics are brought up to date (see the module docs).
             vacuum(

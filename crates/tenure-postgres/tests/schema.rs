@@ -862,6 +862,68 @@ async fn closing_leaves_an_application_pool_open(driver: PostgresDriver) {
 }
 }
 
+/// Whether every connection `pool` holds is idle in it, within `bound` (polled).
+async fn all_idle_within(pool: &tenure_postgres::sqlx_0_9::PgPool, bound: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if pool.size() > 0 && pool.num_idle() == pool.size() as usize {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The sqlx driver keeps a connection of an application's pool for a moment after its call,
+/// for the storage's next call (sqlx would ping it on its way back): it must go back to the
+/// application's pool soon after the calls stop, and at once when the storage closes.
+#[tokio::test]
+async fn an_application_pool_gets_its_connections_back_after_the_calls_and_the_close() {
+    let guard = fresh_prefix();
+    builder(PostgresDriver::Sqlx09, &guard)
+        .build()
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let pool = support::sqlx_pool(&server().url, 2).await;
+    let storage = PostgresEventStorage::builder()
+        .pool(pool.clone())
+        .prefix(guard.prefix())
+        .schema_mode(SchemaMode::Validate)
+        .build()
+        .await
+        .unwrap();
+    let (first, second) = (request("l1", "a"), request("l2", "a"));
+    for round in 0..3 {
+        let (a, b) = tokio::join!(
+            storage.request_lease(&first),
+            storage.request_lease(&second)
+        );
+        a.unwrap();
+        b.unwrap();
+        // Checked out between the calls, as sqlx sees it.
+        assert!(
+            all_idle_within(&pool, Duration::from_secs(5)).await,
+            "round {round}: {} of {} connections idle in the application's pool",
+            pool.num_idle(),
+            pool.size()
+        );
+    }
+    storage.request_lease(&first).await.unwrap();
+    storage.close().await.unwrap();
+    assert!(
+        all_idle_within(&pool, Duration::from_secs(5)).await,
+        "after the close: {} of {} connections idle",
+        pool.num_idle(),
+        pool.size()
+    );
+    pool.close().await;
+}
+
 /// The `WHEN` clause of the trigger `<prefix>leases_created`, if it exists (`None` when it
 /// does not, `Some(None)` when it has none).
 async fn creation_trigger_condition(prefix: &str) -> Option<Option<String>> {

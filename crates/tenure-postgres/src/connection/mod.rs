@@ -137,6 +137,11 @@ pub(crate) trait Driver: Send + Sync + 'static {
 
     /// Closes the pool: idle connections at once, busy ones when they come back.
     fn close(&self);
+
+    /// Gives back to an application's pool the connections kept between calls (the sqlx
+    /// driver keeps them for a moment, see its docs), when the storage closes; by default
+    /// there are none.
+    fn let_go(&self) {}
 }
 
 /// A driver with what every call needs around it: the call timeout, whether the storage is
@@ -177,11 +182,14 @@ impl<D: Driver> Link<D> {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Marks the storage closed, and closes the pool if the storage built it.
+    /// Marks the storage closed, and closes the pool if the storage built it (else gives
+    /// back what it kept of the application's).
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         if self.owns_pool {
             self.driver.close();
+        } else {
+            self.driver.let_go();
         }
     }
 

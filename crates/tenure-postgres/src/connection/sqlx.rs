@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow, PgValueFormat};
@@ -35,8 +35,11 @@ use tenure_conninfo::ConnInfo;
 /// left in doubt by a dropped future is not handed out), which costs a call on a busy pool
 /// nearly a second round trip. A pool the storage built is the storage's alone, so its
 /// connections are kept checked out between calls ([`give_back`](Driver::give_back)) and only
-/// abandoned or broken ones go back to sqlx; an application's pool gets every connection back
-/// at once, as sqlx expects.
+/// abandoned or broken ones go back to sqlx. A connection of an application's pool is kept for
+/// at most [`LINGER`] after its call, for the storage's next call (while the storage's calls
+/// follow each other closely, as under load, they share connections without a ping each), then
+/// goes back to the application's pool; and never while one of the storage's calls waits in
+/// that pool.
 ///
 /// A connect is not dropped with a caller that gave up: a checkout that finds no idle
 /// connection waits for one in a task of its own, so that a connection set up for a caller
@@ -45,16 +48,29 @@ pub(crate) struct Sqlx {
     pool: PgPool,
     /// How many checkouts still ping first.
     suspect: AtomicU32,
-    /// For a pool the storage built: its connections between calls.
-    kept: Option<Arc<Mutex<Kept>>>,
+    /// The connections kept between calls.
+    kept: Arc<Mutex<Kept>>,
+    /// How long a connection is kept after its call: for as long as the storage runs if it
+    /// built the pool, [`LINGER`] on an application's pool.
+    linger: Option<Duration>,
 }
 
-/// The connections a storage keeps between calls, and how many of its calls wait for one in
-/// the pool: while any does, a connection given back goes to the pool, where it waits.
+/// How long a connection of an application's pool is kept after a call for the storage's next
+/// one, before it goes back to the application's pool (and sqlx pings it).
+///
+/// Long enough for a call that follows closely (a busy storage's next call comes within
+/// microseconds), short against anything an application waits for.
+pub(crate) const LINGER: Duration = Duration::from_millis(2);
+
+/// The connections a storage keeps between calls (each with when its call ended), and how many
+/// of its calls wait for one in the pool: while any does, a connection given back goes to the
+/// pool, where it waits.
 #[derive(Default)]
 struct Kept {
-    idle: Vec<PoolConnection<Postgres>>,
+    idle: Vec<(PoolConnection<Postgres>, Instant)>,
     waiting: usize,
+    /// A task gives back connections kept longer than the linger.
+    reaping: bool,
 }
 
 impl Kept {
@@ -69,16 +85,37 @@ impl Kept {
         if tokio::runtime::Handle::try_current().is_ok() {
             drop(idle);
         } else {
-            idle.into_iter().for_each(|c| drop(c.detach()));
+            idle.into_iter().for_each(|(c, _)| drop(c.detach()));
+        }
+    }
+
+    /// Gives back, every `linger`, the connections kept longer than that, until none is kept.
+    async fn reap(kept: Arc<Mutex<Kept>>, linger: Duration) {
+        loop {
+            tokio::time::sleep(linger).await;
+            let expired: Vec<_> = {
+                let mut guard = Kept::lock(&kept);
+                let now = Instant::now();
+                let (expired, fresh) = std::mem::take(&mut guard.idle)
+                    .into_iter()
+                    .partition(|(_, since)| now.duration_since(*since) >= linger);
+                guard.idle = fresh;
+                guard.reaping = !guard.idle.is_empty();
+                if !guard.reaping {
+                    drop(guard);
+                    drop(expired);
+                    return;
+                }
+                expired
+            };
+            drop(expired);
         }
     }
 }
 
 impl Drop for Sqlx {
     fn drop(&mut self) {
-        if let Some(kept) = &self.kept {
-            Kept::release(kept);
-        }
+        Kept::release(&self.kept);
     }
 }
 
@@ -88,7 +125,8 @@ impl Sqlx {
         Sqlx {
             pool,
             suspect: AtomicU32::new(0),
-            kept: None,
+            kept: Arc::default(),
+            linger: Some(LINGER),
         }
     }
 
@@ -97,28 +135,23 @@ impl Sqlx {
     async fn acquire(&self) -> Result<PoolConnection<Postgres>, Failure> {
         // Taking a kept connection and registering as waiting are one step, under the lock
         // that `give_back` decides under: no connection is kept while a call waits.
-        let waiting = match &self.kept {
-            Some(kept) => {
-                let mut guard = Kept::lock(kept);
-                if let Some(connection) = guard.idle.pop() {
-                    return Ok(connection);
-                }
-                guard.waiting += 1;
-                Some(Arc::clone(kept))
+        {
+            let mut guard = Kept::lock(&self.kept);
+            // The one kept longest is the first to go back: take the newest.
+            if let Some((connection, _)) = guard.idle.pop() {
+                return Ok(connection);
             }
-            None => None,
-        };
+            guard.waiting += 1;
+        }
         /// Unregisters the waiting call when the wait ends, also in a task whose caller left.
-        struct Waited(Option<Arc<Mutex<Kept>>>);
+        struct Waited(Arc<Mutex<Kept>>);
         impl Drop for Waited {
             fn drop(&mut self) {
-                if let Some(kept) = &self.0 {
-                    let mut guard = Kept::lock(kept);
-                    guard.waiting = guard.waiting.saturating_sub(1);
-                }
+                let mut guard = Kept::lock(&self.0);
+                guard.waiting = guard.waiting.saturating_sub(1);
             }
         }
-        let waited = Waited(waiting);
+        let waited = Waited(Arc::clone(&self.kept));
         if let Some(connection) = self.pool.try_acquire() {
             drop(waited);
             return Ok(connection);
@@ -168,7 +201,8 @@ impl Sqlx {
         Ok(Sqlx {
             pool,
             suspect: AtomicU32::new(0),
-            kept: Some(Arc::default()),
+            kept: Arc::default(),
+            linger: None,
         })
     }
 }
@@ -297,16 +331,23 @@ impl Driver for Sqlx {
     }
 
     fn give_back(&self, connection: PoolConnection<Postgres>) {
-        let Some(kept) = &self.kept else {
-            return drop(connection);
-        };
-        let mut guard = Kept::lock(kept);
-        if guard.waiting == 0 && !self.pool.is_closed() {
-            guard.idle.push(connection);
-        } else {
+        let mut guard = Kept::lock(&self.kept);
+        if guard.waiting > 0 || self.pool.is_closed() {
             drop(guard);
-            drop(connection);
+            return drop(connection);
         }
+        if let Some(linger) = self.linger
+            && !guard.reaping
+        {
+            // Only inside a runtime can the connection go back later.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                drop(guard);
+                return drop(connection);
+            };
+            guard.reaping = true;
+            drop(runtime.spawn(Kept::reap(Arc::clone(&self.kept), linger)));
+        }
+        guard.idle.push((connection, Instant::now()));
     }
 
     fn max_size(&self) -> usize {
@@ -321,9 +362,11 @@ impl Driver for Sqlx {
             Ok(runtime) => drop(runtime.spawn(async move { pool.close().await })),
             Err(_) => drop(pool.close()),
         }
-        if let Some(kept) = &self.kept {
-            Kept::release(kept);
-        }
+        Kept::release(&self.kept);
+    }
+
+    fn let_go(&self) {
+        Kept::release(&self.kept);
     }
 }
 
