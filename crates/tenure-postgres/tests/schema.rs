@@ -881,8 +881,8 @@ async fn all_idle_within(pool: &tenure_postgres::sqlx_0_9::PgPool, bound: Durati
 /// application's pool soon after the calls stop, and at once when the storage closes.
 #[tokio::test]
 async fn an_application_pool_gets_its_connections_back_after_the_calls_and_the_close() {
-    let guard = fresh_prefix();
-    builder(PostgresDriver::Sqlx09, &guard)
+    let (guard, driver) = (fresh_prefix(), PostgresDriver::Sqlx09);
+    builder(driver, &guard)
         .build()
         .await
         .unwrap()
