@@ -881,19 +881,12 @@ async fn all_idle_within(pool: &tenure_postgres::sqlx_0_9::PgPool, bound: Durati
 /// application's pool soon after the calls stop, and at once when the storage closes.
 #[tokio::test]
 async fn an_application_pool_gets_its_connections_back_after_the_calls_and_the_close() {
-    let (guard, driver) = (fresh_prefix(), PostgresDriver::Sqlx09);
-    builder(driver, &guard)
-        .build()
-        .await
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    let guard = fresh_prefix();
     let pool = support::sqlx_pool(&server().url, 2).await;
+    // The schema made on the application's pool too (`Ensure`, the default).
     let storage = PostgresEventStorage::builder()
         .pool(pool.clone())
         .prefix(guard.prefix())
-        .schema_mode(SchemaMode::Validate)
         .build()
         .await
         .unwrap();

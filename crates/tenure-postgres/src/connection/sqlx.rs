@@ -93,22 +93,21 @@ impl Kept {
     async fn reap(kept: Arc<Mutex<Kept>>, linger: Duration) {
         loop {
             tokio::time::sleep(linger).await;
-            let expired: Vec<_> = {
+            let (expired, reaping): (Vec<_>, bool) = {
                 let mut guard = Kept::lock(&kept);
                 let now = Instant::now();
-                let (expired, fresh) = std::mem::take(&mut guard.idle)
+                let expired;
+                (expired, guard.idle) = std::mem::take(&mut guard.idle)
                     .into_iter()
                     .partition(|(_, since)| now.duration_since(*since) >= linger);
-                guard.idle = fresh;
                 guard.reaping = !guard.idle.is_empty();
-                if !guard.reaping {
-                    drop(guard);
-                    drop(expired);
-                    return;
-                }
-                expired
+                (expired, guard.reaping)
             };
+            // Back to the pool outside the lock.
             drop(expired);
+            if !reaping {
+                return;
+            }
         }
     }
 }
