@@ -13,14 +13,13 @@ use std::future::pending;
 use std::sync::Arc;
 
 use tenure_ports::{
-    EventStorage, EventStorageError, FencingToken, Lease, LeaseChanges, LeaseRequest,
+    Backoff, EventStorage, EventStorageError, FencingToken, Lease, LeaseChanges, LeaseRequest,
     LeaseResponse, LeaseStatus,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{Instrument as _, debug, error, info, warn};
 
-use crate::backoff::Backoff;
 use crate::config::ValidConfig;
 use crate::identity::{Holding, Verdict, holding, judge};
 use crate::metrics::{self, HandoverWatch};

@@ -80,7 +80,6 @@
 
 #![deny(missing_docs)]
 
-mod backoff;
 mod campaign;
 mod config;
 mod elector;
@@ -95,7 +94,6 @@ mod processor;
 mod state;
 mod wake;
 
-pub use backoff::Backoff;
 pub use config::{ConfigError, ElectorConfig, MIN_ELECTOR_TTL, ValidConfig, safety_margin};
 pub use elector::LeaderElector;
 pub use error::ElectorError;
@@ -108,3 +106,4 @@ pub use processor::{
     ProcessorConfigError, ProcessorError, Projection,
 };
 pub use state::LeadershipState;
+pub use tenure_ports::Backoff;

@@ -32,6 +32,9 @@
 //!   that merely expired waits for a whole ttl of the caller's own sighting (rule 5 of the
 //!   contract). That costs up to one ttl for a contender that first sees a lease after it
 //!   expired without a release; a released lease is taken over at once.
+//! * **Backing off**: a caller that retries after failures (the elector for a contender
+//!   without a tenure, an adapter reconnecting) waits as [`Backoff`] says: jittered, doubling,
+//!   capped, so that callers failed at once by an overload do not retry in step.
 //!
 //! # Writing a backend
 //!
@@ -50,6 +53,7 @@
 
 #![deny(missing_docs)]
 
+mod backoff;
 mod capability;
 mod changes;
 mod clock;
@@ -60,6 +64,7 @@ mod lease;
 mod sightings;
 
 pub use async_trait::async_trait;
+pub use backoff::Backoff;
 pub use capability::{Capabilities, Capability};
 pub use changes::{LeaseChange, LeaseChangeKind, LeaseChanges};
 pub use clock::{Clock, ManualClock, SystemClock};

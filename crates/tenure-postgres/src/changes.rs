@@ -24,14 +24,12 @@
 //!
 //! [`Capability::LeaseChanges`]: tenure_ports::Capability::LeaseChanges
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tenure_ports::{
-    Capability, EventStorageError, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseName,
+    Backoff, Capability, EventStorageError, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseName,
     async_trait,
 };
 use tokio::sync::{broadcast, oneshot};
@@ -320,7 +318,7 @@ async fn run(
         if let Some(told) = first_failed.take() {
             let _ = told.send(()); // nobody may be waiting any more
         }
-        let delay = backoff.next();
+        let delay = backoff.failed(RECONNECT_FIRST, RECONNECT_CAP);
         tracing::info!(target: "tenure_postgres", reason = %ended, ?delay,
             "the lease-change listener lost its connection; reconnecting");
         tokio::select! {
@@ -360,7 +358,7 @@ fn forward(sender: &broadcast::Sender<LeaseChange>, payload: &str) {
 
 /// The session had its `LISTEN` in place: tell everyone, and start backing off afresh.
 fn connected(sender: &broadcast::Sender<LeaseChange>, backoff: &mut Backoff) {
-    backoff.reset();
+    backoff.succeeded();
     tracing::debug!(target: "tenure_postgres", "the lease-change listener is listening");
     drop(sender.send(LeaseChange::Missed));
 }
@@ -605,51 +603,6 @@ mod sqlx_session {
     }
 }
 
-/// Delays between connection attempts: jittered in `[bound / 2, bound]`, the bound doubling
-/// from [`RECONNECT_FIRST`] up to [`RECONNECT_CAP`] per failed attempt, and back to the first
-/// once a connection listened. (The elector's own backoff lives in `tenure-election`, which
-/// this crate does not depend on.)
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    failures: u32,
-    state: u64,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(0x9e37_79b9_7f4a_7c15);
-        Backoff {
-            failures: 0,
-            state: hasher.finish() | 1,
-        }
-    }
-
-    /// A connection listened: the next delay is the first one again.
-    pub(crate) fn reset(&mut self) {
-        self.failures = 0;
-    }
-
-    /// The delay before the next attempt.
-    pub(crate) fn next(&mut self) -> Duration {
-        let doubling = 1u32 << self.failures.min(16);
-        self.failures = self.failures.saturating_add(1);
-        let bound = RECONNECT_FIRST.saturating_mul(doubling).min(RECONNECT_CAP);
-        let half = bound / 2;
-        half + half.mul_f64(self.unit())
-    }
-
-    /// A uniform sample of `[0, 1)` (xorshift64*).
-    fn unit(&mut self) -> f64 {
-        let mut x = self.state;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.state = x;
-        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,14 +648,14 @@ mod tests {
         let mut backoff = Backoff::new();
         let mut bound = RECONNECT_FIRST;
         for _ in 0..12 {
-            let delay = backoff.next();
+            let delay = backoff.failed(RECONNECT_FIRST, RECONNECT_CAP);
             assert!(
                 delay >= bound / 2 && delay <= bound,
                 "{delay:?} for {bound:?}"
             );
             bound = (bound * 2).min(RECONNECT_CAP);
         }
-        backoff.reset();
-        assert!(backoff.next() <= RECONNECT_FIRST);
+        backoff.succeeded();
+        assert!(backoff.failed(RECONNECT_FIRST, RECONNECT_CAP) <= RECONNECT_FIRST);
     }
 }

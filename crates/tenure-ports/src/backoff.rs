@@ -1,25 +1,29 @@
-//! Backing off, with jitter, after failed lease requests of an elector that holds no tenure.
+//! Backing off, with jitter, after failures: a random delay in `[bound / 2, bound]`, where the
+//! bound doubles from a first delay per consecutive failure up to a cap, and starts again after
+//! a success.
 //!
-//! Under overload every contender's call fails at once; retrying at the poll cadence, all in
-//! step, keeps the storage overloaded (issue 13). A contender without a tenure therefore waits
-//! longer after each consecutive failure: a random delay in `[bound / 2, bound]`, where the
-//! bound doubles from one poll interval per failure up to a cap (one ttl at most, so a standby
-//! still notices a vacant lease within about a ttl). A leader is never backed off here: its
-//! renewals keep their cadence, and its self-demotion deadline is untouched.
+//! Two callers of the SPI use it, so that the rule exists once:
+//! * `tenure-election`'s elector, after failed lease requests of a contender that holds no
+//!   tenure (first delay one poll interval, cap one ttl). Under overload every contender's call
+//!   fails at once; retrying at the poll cadence, all in step, keeps the storage overloaded
+//!   (issue 13). A standby still notices a vacant lease within about a ttl. A leader is never
+//!   backed off: its renewals keep their cadence, and its self-demotion deadline is untouched.
+//! * `tenure-postgres`'s lease-change listener, between its reconnection attempts.
 //!
 //! [`Backoff`] is public for callers that drive `request_lease` in a loop of their own (a
-//! custom elector, a benchmark that plays thousands of contenders) and want the elector's rule.
+//! custom elector, a benchmark that plays thousands of contenders) and want the elector's rule
+//! (`tenure_election` re-exports it).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-/// The elector's backoff after failed requests of a contender without a tenure: consecutive
-/// failures, and a small random source for the jitter.
+/// Jittered, doubling delays after consecutive failures: how many failures, and a small
+/// random source for the jitter.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tenure_election::Backoff;
+/// use tenure_ports::Backoff;
 /// let (poll, ttl) = (Duration::from_secs(1), Duration::from_secs(3));
 /// let mut backoff = Backoff::new();
 /// let first = backoff.failed(poll, ttl);
@@ -36,8 +40,8 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// No failure yet, jitter seeded per elector (so electors of one process do not move in
-    /// step).
+    /// No failure yet, jitter seeded per instance (so electors, or listeners, of one process
+    /// do not move in step).
     pub fn new() -> Self {
         let mut hasher = RandomState::new().build_hasher();
         hasher.write_u64(0x9e37_79b9_7f4a_7c15);
@@ -47,17 +51,17 @@ impl Backoff {
         }
     }
 
-    /// A request succeeded: the next failure starts from one poll interval again.
+    /// A success: the next failure's delay starts from the first one again.
     pub fn succeeded(&mut self) {
         self.failures = 0;
     }
 
-    /// A request failed: how long to wait before the next one, at least `poll / 2` and at
-    /// most `cap` (never below `poll`).
-    pub fn failed(&mut self, poll: Duration, cap: Duration) -> Duration {
+    /// A failure: how long to wait before the next attempt, at least `first / 2` and at most
+    /// `cap` (never below `first`), the bound doubling from `first` per consecutive failure.
+    pub fn failed(&mut self, first: Duration, cap: Duration) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let doubling = 1u32 << self.failures.min(16).saturating_sub(1);
-        let bound = poll.saturating_mul(doubling).min(cap.max(poll));
+        let bound = first.saturating_mul(doubling).min(cap.max(first));
         let half = bound / 2;
         half + half.mul_f64(self.unit())
     }
