@@ -45,7 +45,8 @@
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
 //! there, if N is sustained), for a quicker run when N is known; `TENURE_BENCH_FACTORS=3`
 //! (a comma-separated list, default `2,3`) runs only the overloads named, to look at one
-//! without the aftermath of the other.
+//! without the aftermath of the other. `TENURE_BENCH_DRIVER=sqlx` puts the storage on the sqlx
+//! driver (its own pool of 8) instead of deadpool.
 //!
 //! Each step's leases have names of their own, and the tables keep the rows of earlier steps:
 //! a first version emptied them between steps and ran `VACUUM ANALYZE` on the empty tables,
@@ -63,7 +64,7 @@ use std::time::{Duration, Instant};
 use tenure_election::Backoff;
 use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest};
-use tenure_postgres::{PostgresEventStorage, deadpool_postgres};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres};
 
 const CONTENDERS: usize = 3;
 const TTL: Duration = Duration::from_secs(3);
@@ -230,11 +231,22 @@ async fn contend(
     calls
 }
 
-/// The storage under test: the default settings, a pool of [`POOL`].
+/// The driver the storage under test uses: `TENURE_BENCH_DRIVER=sqlx` for sqlx 0.9, else
+/// deadpool (the default driver).
+fn driver() -> PostgresDriver {
+    match std::env::var("TENURE_BENCH_DRIVER").as_deref() {
+        Ok("sqlx") => PostgresDriver::Sqlx09,
+        _ => PostgresDriver::Deadpool,
+    }
+}
+
+/// The storage under test: the default settings, a pool of [`POOL`], the driver [`driver`]
+/// says.
 async fn storage(url: &str, prefix: &str) -> Arc<PostgresEventStorage> {
     Arc::new(
         PostgresEventStorage::builder()
             .url(url)
+            .driver(driver())
             .prefix(prefix)
             .pool_size(POOL)
             .build()
@@ -461,7 +473,11 @@ fn main() {
             .unwrap();
         vacuum(&admin, &[&format!("{prefix}scale_rows")]).await;
         let update = format!("UPDATE {prefix}scale_rows SET v = v + 1 WHERE id = $1");
-        println!("scale: PostgreSQL at {}", server.redacted_url());
+        println!(
+            "scale: PostgreSQL at {}, the {:?} driver",
+            server.redacted_url(),
+            driver()
+        );
         let floor_before = floor(&pool, &update).await;
         println!("floor: {floor_before:.0} single-row UPDATEs/s (8 callers, closed loop)");
         println!();
