@@ -250,11 +250,6 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -449,14 +444,14 @@ fn main() {
         for (s, side) in sides.iter().enumerate() {
             let mut sorted = latencies[s].clone();
             sorted.sort_unstable();
-            medians[s] = percentile(&sorted, 0.5);
+            medians[s] = support::percentile(&sorted, 0.5);
             rates[s] = counts[s] as f64 / spent[s].as_secs_f64();
             println!(
                 "{:<44} {:>10.3} {:>10.3} {:>10.3} {:>14.0} {:>16.1}",
                 side.label(),
                 ms(medians[s]),
-                ms(percentile(&sorted, 0.9)),
-                ms(percentile(&sorted, 0.99)),
+                ms(support::percentile(&sorted, 0.9)),
+                ms(support::percentile(&sorted, 0.99)),
                 rates[s],
                 client_cpu[s].as_secs_f64() * 1e6 / counts[s].max(1) as f64
             );

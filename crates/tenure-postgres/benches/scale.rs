@@ -123,14 +123,6 @@ impl Step {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::MAX;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
 fn ms(d: Duration) -> String {
     if d == Duration::MAX {
         "-".to_owned()
@@ -319,15 +311,15 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
                 .filter_map(|c| c.answered)
                 .collect();
             in_second.sort_unstable();
-            (in_second.len(), percentile(&in_second, 0.99))
+            (in_second.len(), support::percentile(&in_second, 0.99))
         })
         .collect();
     Step {
         leases,
         wanted_per_s: wanted / WINDOW.as_secs_f64(),
         answered_per_s: answered.len() as f64 / WINDOW.as_secs_f64(),
-        p50: percentile(&answered, 0.5),
-        p99: percentile(&answered, 0.99),
+        p50: support::percentile(&answered, 0.5),
+        p99: support::percentile(&answered, 0.99),
         timeouts: window.len() as u64 - answered.len() as u64 - errors,
         errors,
         sessions: opened,
@@ -479,7 +471,7 @@ fn main() {
             driver()
         );
         let floor_before = floor(&pool, &update).await;
-        println!("floor: {floor_before:.0} single-row UPDATEs/s (8 callers, closed loop)");
+        println!("floor: {floor_before:.0} single-row UPDATEs/s ({FLOOR_CALLERS} callers, closed loop)");
         println!();
         println!(
             "{:>7} {:>12} {:>12} {:>8} {:>8} {:>9} {:>7} {:>9}  verdict",

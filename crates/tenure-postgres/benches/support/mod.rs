@@ -24,6 +24,16 @@ pub fn application_pool(url: &str, size: usize) -> Pool {
     Pool::builder(manager).max_size(size).build().unwrap()
 }
 
+/// The `p` quantile (0 to 1) of `sorted`, nearest rank; `Duration::MAX` when it is empty (a
+/// step in which no call was answered).
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return Duration::MAX;
+    };
+    let index = (last as f64 * p).round() as usize;
+    sorted[index.min(last)]
+}
+
 /// The CPU time this process has used so far, user and system, from `/proc/self/stat` (in
 /// clock ticks of 10 ms: read it over seconds of work, not single calls). `None` where there
 /// is no `/proc`.
