@@ -4,8 +4,9 @@
 //! server as the tests do and, in one run:
 //!
 //! * **floor**: single-row `UPDATE`s (prepared, autocommit) by 8 callers in a closed loop
-//!   through a deadpool pool of 8, for 5 s, at the start and again at the end: the server's
-//!   capacity for the simplest write, the anchor of the ratio;
+//!   through a deadpool pool of 8, for 5 s, at the start and again after each step and each
+//!   overload: the server's capacity for the simplest write at that moment, the anchor of the
+//!   ratio (see "Anchors" below);
 //! * **ramp**: for N = 250, 500, 1,000, 2,000, … leases, one `PostgresEventStorage` (pool of 8,
 //!   the default settings otherwise) and 3 contenders per lease (one leads, two stand by: the
 //!   shape of a three-replica deployment), all starting at once (within one second, each at
@@ -37,10 +38,10 @@
 //!   leases and of the added ones were answered in time.
 //!
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
-//! the server sessions opened (`pg_stat_database.sessions`), with each second of the window
-//! (calls answered in time, p99) and the benchmark process's CPU time per call; then the
-//! largest N sustained, its lease calls/s, and their ratio to the floor's UPDATEs/s (target
-//! ≥ 0.7x). It creates its own prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps
+//! the server sessions opened (`pg_stat_database.sessions`) and the floor measured just after
+//! the step, with each second of the window (calls answered in time, p99) and the benchmark
+//! process's CPU time per call; then the largest N sustained, its lease calls/s, and their
+//! ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps
 //! the ramp (default 16,000);
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
 //! there, if N is sustained), for a quicker run when N is known; `TENURE_BENCH_FACTORS=3`
@@ -53,6 +54,19 @@
 //! and the next step's calls were then planned for empty tables (sequential scans of the
 //! contenders, whose table grew to thousands of rows within the step), which halved the
 //! capacity measured. `VACUUM ANALYZE` after each step keeps the statistics true.
+//!
+//! # Anchors
+//!
+//! The machines this runs on are shared, and their speed drifts within a run: on 2026-12-06
+//! the floor was 13,177 UPDATEs/s at the start of one run and 9,141 at its end, six minutes
+//! later, and a `pgbench` of the same `UPDATE` moved as much between runs. A ratio against
+//! the mean of the run's first and last floors (what this benchmark did until then) then says
+//! as much about the host's drift as about the storage. So the floor is measured again after
+//! every step and every overload, and a step's ratio is taken against the mean of the floors
+//! just before and just after it, minutes closer than the run's ends. For comparison the run
+//! also prints the ratio against the mean of its first and last floors, and against its
+//! highest floor (the strictest anchor); each overload prints the floors either side of it,
+//! so that a drop of goodput can be told from a slower host.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -115,11 +129,19 @@ struct Step {
     /// The benchmark process's CPU time per call over the whole step (its contenders and the
     /// storage: the client's share of the cores the server also runs on), if `/proc` says.
     client_cpu_per_call: Option<Duration>,
+    /// The floor's UPDATEs/s measured just before the step and just after it: the host's
+    /// capacity at the time of the step (see the module docs, "Anchors").
+    floors: (f64, f64),
 }
 
 impl Step {
     fn sustained(&self) -> bool {
         self.answered_per_s >= 0.99 * self.wanted_per_s && self.p99 <= Duration::from_millis(100)
+    }
+
+    /// The anchor of the step's ratio: the mean of the floors either side of it.
+    fn anchor(&self) -> f64 {
+        (self.floors.0 + self.floors.1) / 2.0
     }
 }
 
@@ -276,7 +298,15 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<Call>>>) -> Vec<Call> {
     calls
 }
 
-async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
+/// One step of `leases` leases; `floor_before` is the floor measured just before it (the floor
+/// after it is filled in by the caller, once measured).
+async fn step(
+    url: &str,
+    prefix: &str,
+    leases: usize,
+    admin: &tokio_postgres::Client,
+    floor_before: f64,
+) -> Step {
     let storage = storage(url, prefix).await;
     let before = sessions(admin).await;
     let cpu_before = support::process_cpu();
@@ -325,6 +355,7 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
         sessions: opened,
         per_second,
         client_cpu_per_call: cpu.map(|cpu| cpu / calls.len().max(1) as u32),
+        floors: (floor_before, floor_before),
     }
 }
 
@@ -470,20 +501,43 @@ fn main() {
             server.redacted_url(),
             driver()
         );
-        let floor_before = floor(&pool, &update).await;
-        println!("floor: {floor_before:.0} single-row UPDATEs/s ({FLOOR_CALLERS} callers, closed loop)");
+        let floor_first = floor(&pool, &update).await;
+        println!(
+            "floor: {floor_first:.0} single-row UPDATEs/s ({FLOOR_CALLERS} callers, closed loop), \
+             then again after each step and each overload"
+        );
         println!();
         println!(
-            "{:>7} {:>12} {:>12} {:>8} {:>8} {:>9} {:>7} {:>9}  verdict",
-            "leases", "wanted/s", "answered/s", "p50 ms", "p99 ms", "timeouts", "errors", "sessions"
+            "{:>7} {:>12} {:>12} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9}  verdict",
+            "leases",
+            "wanted/s",
+            "answered/s",
+            "p50 ms",
+            "p99 ms",
+            "timeouts",
+            "errors",
+            "sessions",
+            "floor/s"
         );
         let mut best: Option<Step> = None;
         let (mut leases, mut failed_at, mut refinements) = (only.unwrap_or(250), None::<usize>, 0);
+        let mut floor_last = floor_first;
+        let mut floor_highest = floor_first;
         while leases <= max_leases || only.is_some() {
-            let s = step(&server.url, &prefix, leases, &admin).await;
+            let mut s = step(&server.url, &prefix, leases, &admin, floor_last).await;
+            // The next step's leases have names of their own; the tables keep this step's
+            // rows, and their statistics are brought up to date (see the module docs).
+            vacuum(
+                &admin,
+                &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
+            )
+            .await;
+            floor_last = floor(&pool, &update).await;
+            floor_highest = floor_highest.max(floor_last);
+            s.floors.1 = floor_last;
             let verdict = if s.sustained() { "sustained" } else { "NOT sustained" };
             println!(
-                "{:>7} {:>12.0} {:>12.0} {:>8} {:>8} {:>9} {:>7} {:>9}  {verdict}",
+                "{:>7} {:>12.0} {:>12.0} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9.0}  {verdict}",
                 s.leases,
                 s.wanted_per_s,
                 s.answered_per_s,
@@ -491,7 +545,8 @@ fn main() {
                 ms(s.p99),
                 s.timeouts,
                 s.errors,
-                s.sessions
+                s.sessions,
+                s.floors.1
             );
             let per_second: Vec<String> = s
                 .per_second
@@ -505,13 +560,6 @@ fn main() {
                     cpu.as_secs_f64() * 1e6
                 );
             }
-            // The next step's leases have names of their own; the tables keep this step's
-            // rows, and their statistics are brought up to date (see the module docs).
-            vacuum(
-                &admin,
-                &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
-            )
-            .await;
             if s.sustained() {
                 best = Some(s);
             } else {
@@ -552,6 +600,9 @@ fn main() {
                     &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
                 )
                 .await;
+                let floor_before = floor_last;
+                floor_last = floor(&pool, &update).await;
+                floor_highest = floor_highest.max(floor_last);
                 let least = o.goodput.iter().copied().fold(f64::INFINITY, f64::min);
                 let mean = o.goodput.iter().sum::<f64>() / o.goodput.len() as f64;
                 let goodput_ok = least >= 0.9 * b.answered_per_s;
@@ -589,24 +640,35 @@ fn main() {
                     "    first second: the first leases' calls {base_answered} answered in time of \
                      {base_sent}; the added leases' {answered} of {sent} ({errors} errors)"
                 );
+                println!(
+                    "    the floor before and after this overload: {floor_before:.0} and \
+                     {floor_last:.0} UPDATEs/s ({:.0} either side of the sustained step)",
+                    b.anchor()
+                );
             }
         }
-        let floor_after = floor(&pool, &update).await;
-        let floor = (floor_before + floor_after) / 2.0;
         println!();
-        println!(
-            "floor: {floor_after:.0} UPDATEs/s at the end; {floor:.0} on average, the anchor"
-        );
         match best {
             Some(s) => {
-                let ratio = s.answered_per_s / floor;
+                let ratio = s.answered_per_s / s.anchor();
+                let first_last = (floor_first + floor_last) / 2.0;
                 println!(
                     "largest N sustained: {} leases x {CONTENDERS} contenders, {:.0} lease calls/s, \
-                     p99 {} ms; / floor = {ratio:.2}x (target >= 0.70x: {})",
+                     p99 {} ms; / the floors either side of it ({:.0} and {:.0}) = {ratio:.2}x \
+                     (target >= 0.70x: {})",
                     s.leases,
                     s.answered_per_s,
                     ms(s.p99),
+                    s.floors.0,
+                    s.floors.1,
                     if ratio >= 0.7 { "met" } else { "MISSED" }
+                );
+                println!(
+                    "    for comparison: / the mean of the run's first and last floors \
+                     ({floor_first:.0} and {floor_last:.0}) = {:.2}x; / the run's highest floor \
+                     ({floor_highest:.0}) = {:.2}x",
+                    s.answered_per_s / first_last,
+                    s.answered_per_s / floor_highest
                 );
             }
             None => println!("no N sustained (the first, 250 leases, was not)"),
