@@ -39,8 +39,9 @@
 //!
 //! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
 //! the server sessions opened (`pg_stat_database.sessions`) and the floor measured just after
-//! the step, with each second of the window (calls answered in time, p99) and the benchmark
-//! process's CPU time per call; then the largest N sustained, its lease calls/s, and their
+//! the step, with each second of the window (calls answered in time, p99, from the window's
+//! start on the wall clock, to match with the server's and the system's logs) and the
+//! benchmark process's CPU time per call; then the largest N sustained, its lease calls/s, and their
 //! ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps
 //! the ramp (default 16,000);
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
@@ -73,7 +74,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tenure_election::Backoff;
 use tenure_pg_test::PrefixGuard;
@@ -126,6 +127,8 @@ struct Step {
     sessions: i64,
     /// Each second of the window: the calls sent in it and answered in time, and their p99.
     per_second: Vec<(usize, Duration)>,
+    /// When the window began, on the wall clock (to match the seconds with system logs).
+    window_from: SystemTime,
     /// The benchmark process's CPU time per call over the whole step (its contenders and the
     /// storage: the client's share of the cores the server also runs on), if `/proc` says.
     client_cpu_per_call: Option<Duration>,
@@ -143,6 +146,20 @@ impl Step {
     fn anchor(&self) -> f64 {
         (self.floors.0 + self.floors.1) / 2.0
     }
+}
+
+/// `t` as `HH:MM:SS` in UTC.
+fn utc(t: SystemTime) -> String {
+    let seconds = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
 }
 
 fn ms(d: Duration) -> String {
@@ -311,6 +328,7 @@ async fn step(
     let before = sessions(admin).await;
     let cpu_before = support::process_cpu();
     let at = tokio::time::Instant::now() + Duration::from_millis(100);
+    let window_from = SystemTime::now() + Duration::from_millis(100) + WARM_UP;
     let end = at + WARM_UP + WINDOW;
     let calls = joined(spawn_contenders(
         &storage,
@@ -356,6 +374,7 @@ async fn step(
         per_second,
         client_cpu_per_call: cpu.map(|cpu| cpu / calls.len().max(1) as u32),
         floors: (floor_before, floor_before),
+        window_from,
     }
 }
 
@@ -380,6 +399,8 @@ struct Overload {
     /// The first second of the overload: calls of the first leases (sent, answered in time),
     /// and of the leases added (sent, answered in time, errors).
     first_second: ((usize, usize), (usize, usize, usize)),
+    /// When the overload began, on the wall clock.
+    surge_from: SystemTime,
 }
 
 /// `leases` leases × 3 contenders for a ttl, then `factor - 1` times as many more (leases of
@@ -395,6 +416,7 @@ async fn overload(
     let storage = storage(url, prefix).await;
     let before = sessions(admin).await;
     let at = tokio::time::Instant::now() + Duration::from_millis(100);
+    let surge_from = SystemTime::now() + Duration::from_millis(100) + WARM_UP;
     let (from, to) = (at + WARM_UP, at + WARM_UP + OVERLOAD);
     let name = format!("overload-{factor}x");
     let base = spawn_contenders(&storage, &format!("{name}-base"), leases, at, to + AFTER);
@@ -458,6 +480,7 @@ async fn overload(
         after,
         after_per_second,
         sessions: opened,
+        surge_from,
     }
 }
 
@@ -553,7 +576,11 @@ fn main() {
                 .iter()
                 .map(|(answered, p99)| format!("{answered}/{}", ms(*p99)))
                 .collect();
-            println!("    per second (answered in time/p99 ms): {}", per_second.join(" "));
+            println!(
+                "    per second from {} UTC (answered in time/p99 ms): {}",
+                utc(s.window_from),
+                per_second.join(" ")
+            );
             if let Some(cpu) = s.client_cpu_per_call {
                 println!(
                     "    the benchmark process: {:.1} µs of CPU per call",
@@ -628,7 +655,11 @@ fn main() {
                     o.last_failure.as_millis(),
                 );
                 let per_second: Vec<String> = o.goodput.iter().map(|g| format!("{g:.0}")).collect();
-                println!("    goodput per second: {}", per_second.join(" "));
+                println!(
+                    "    goodput per second from {} UTC: {}",
+                    utc(o.surge_from),
+                    per_second.join(" ")
+                );
                 let after: Vec<String> = o.after_per_second.iter().map(|a| a.to_string()).collect();
                 println!(
                     "    after the load dropped, the first leases' calls answered in time per \
