@@ -37,13 +37,13 @@
 //!   and, for the first second of the surge, how many calls of the first
 //!   leases and of the added ones were answered in time.
 //!
-//! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, and
-//! the server sessions opened (`pg_stat_database.sessions`) and the floor measured just after
-//! the step, with each second of the window (calls answered in time, p99, from the window's
-//! start on the wall clock, to match with the server's and the system's logs) and the
-//! benchmark process's CPU time per call; then the largest N sustained, its lease calls/s, and their
-//! ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own prefix and drops it afterwards. `TENURE_BENCH_MAX_LEASES` caps
-//! the ramp (default 16,000);
+//! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, the
+//! server sessions opened (`pg_stat_database.sessions`) and the floor measured just after the
+//! step, with each second of the window (calls answered in time, p99, from the window's start
+//! on the wall clock, to match with the server's and the system's logs) and the benchmark
+//! process's CPU time per call; then the largest N sustained, its lease calls/s, and their
+//! ratio to the floor's UPDATEs/s (target ≥ 0.7x). It creates its own prefix and drops it
+//! afterwards. `TENURE_BENCH_MAX_LEASES` caps the ramp (default 16,000);
 //! `TENURE_BENCH_LEASES=N` replaces the ramp with one step of N leases (and the overload from
 //! there, if N is sustained), for a quicker run when N is known; `TENURE_BENCH_FACTORS=3`
 //! (a comma-separated list, default `2,3`) runs only the overloads named, to look at one
