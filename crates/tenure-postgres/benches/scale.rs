@@ -78,7 +78,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tenure_election::Backoff;
 use tenure_pg_test::PrefixGuard;
-use tenure_ports::{EventStorage, LeaseRequest};
+use tenure_ports::{EventStorage, LeaseRequest, Timestamp};
 use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres};
 
 const CONTENDERS: usize = 3;
@@ -132,34 +132,17 @@ struct Step {
     /// The benchmark process's CPU time per call over the whole step (its contenders and the
     /// storage: the client's share of the cores the server also runs on), if `/proc` says.
     client_cpu_per_call: Option<Duration>,
-    /// The floor's UPDATEs/s measured just before the step and just after it: the host's
-    /// capacity at the time of the step (see the module docs, "Anchors").
-    floors: (f64, f64),
 }
 
 impl Step {
     fn sustained(&self) -> bool {
         self.answered_per_s >= 0.99 * self.wanted_per_s && self.p99 <= Duration::from_millis(100)
     }
-
-    /// The anchor of the step's ratio: the mean of the floors either side of it.
-    fn anchor(&self) -> f64 {
-        (self.floors.0 + self.floors.1) / 2.0
-    }
 }
 
-/// `t` as `HH:MM:SS` in UTC.
-fn utc(t: SystemTime) -> String {
-    let seconds = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-        % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60
-    )
+/// `t` on the wall clock, as the storage prints instants (RFC 3339, UTC).
+fn wall(t: SystemTime) -> String {
+    Timestamp::from_system_time(t).map_or_else(|| "-".to_owned(), |t| t.to_string())
 }
 
 fn ms(d: Duration) -> String {
@@ -217,6 +200,55 @@ async fn floor(pool: &deadpool_postgres::Pool, update: &str) -> f64 {
         done += task.await.unwrap();
     }
     done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The floors of one run (see the module docs, "Anchors"): the first, the last, the highest.
+struct Floors {
+    first: f64,
+    last: f64,
+    highest: f64,
+}
+
+impl Floors {
+    /// The run's first floor.
+    async fn first(pool: &deadpool_postgres::Pool, update: &str) -> Floors {
+        let first = floor(pool, update).await;
+        Floors {
+            first,
+            last: first,
+            highest: first,
+        }
+    }
+
+    /// After a step or an overload: the lease tables vacuumed (the next run's leases have
+    /// names of their own; the tables keep this run's rows, and their statistics are brought
+    /// up to date, see the module docs), then the floor measured again. Returns the floors
+    /// either side of the run that just ended.
+    async fn after_run(
+        &mut self,
+        admin: &tokio_postgres::Client,
+        prefix: &str,
+        pool: &deadpool_postgres::Pool,
+        update: &str,
+    ) -> (f64, f64) {
+        vacuum(
+            admin,
+            &[
+                &format!("{prefix}leases"),
+                &format!("{prefix}lease_contenders"),
+            ],
+        )
+        .await;
+        let before = self.last;
+        self.last = floor(pool, update).await;
+        self.highest = self.highest.max(self.last);
+        (before, self.last)
+    }
+}
+
+/// The mean of the floors either side of a run: the anchor of its ratio.
+fn anchor((before, after): (f64, f64)) -> f64 {
+    (before + after) / 2.0
 }
 
 /// One contender: a request a second, from `start` until `end`, each inside the call bound, as
@@ -315,15 +347,7 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<Call>>>) -> Vec<Call> {
     calls
 }
 
-/// One step of `leases` leases; `floor_before` is the floor measured just before it (the floor
-/// after it is filled in by the caller, once measured).
-async fn step(
-    url: &str,
-    prefix: &str,
-    leases: usize,
-    admin: &tokio_postgres::Client,
-    floor_before: f64,
-) -> Step {
+async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Client) -> Step {
     let storage = storage(url, prefix).await;
     let before = sessions(admin).await;
     let cpu_before = support::process_cpu();
@@ -373,7 +397,6 @@ async fn step(
         sessions: opened,
         per_second,
         client_cpu_per_call: cpu.map(|cpu| cpu / calls.len().max(1) as u32),
-        floors: (floor_before, floor_before),
         window_from,
     }
 }
@@ -524,10 +547,11 @@ fn main() {
             server.redacted_url(),
             driver()
         );
-        let floor_first = floor(&pool, &update).await;
+        let mut floors = Floors::first(&pool, &update).await;
         println!(
-            "floor: {floor_first:.0} single-row UPDATEs/s ({FLOOR_CALLERS} callers, closed loop), \
-             then again after each step and each overload"
+            "floor: {:.0} single-row UPDATEs/s ({FLOOR_CALLERS} callers, closed loop), \
+             then again after each step and each overload",
+            floors.first
         );
         println!();
         println!(
@@ -542,22 +566,12 @@ fn main() {
             "sessions",
             "floor/s"
         );
-        let mut best: Option<Step> = None;
+        // The largest step sustained, with the floors either side of it.
+        let mut best: Option<(Step, (f64, f64))> = None;
         let (mut leases, mut failed_at, mut refinements) = (only.unwrap_or(250), None::<usize>, 0);
-        let mut floor_last = floor_first;
-        let mut floor_highest = floor_first;
         while leases <= max_leases || only.is_some() {
-            let mut s = step(&server.url, &prefix, leases, &admin, floor_last).await;
-            // The next step's leases have names of their own; the tables keep this step's
-            // rows, and their statistics are brought up to date (see the module docs).
-            vacuum(
-                &admin,
-                &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
-            )
-            .await;
-            floor_last = floor(&pool, &update).await;
-            floor_highest = floor_highest.max(floor_last);
-            s.floors.1 = floor_last;
+            let s = step(&server.url, &prefix, leases, &admin).await;
+            let around = floors.after_run(&admin, &prefix, &pool, &update).await;
             let verdict = if s.sustained() { "sustained" } else { "NOT sustained" };
             println!(
                 "{:>7} {:>12.0} {:>12.0} {:>8} {:>8} {:>9} {:>7} {:>9} {:>9.0}  {verdict}",
@@ -569,7 +583,7 @@ fn main() {
                 s.timeouts,
                 s.errors,
                 s.sessions,
-                s.floors.1
+                around.1
             );
             let per_second: Vec<String> = s
                 .per_second
@@ -577,8 +591,8 @@ fn main() {
                 .map(|(answered, p99)| format!("{answered}/{}", ms(*p99)))
                 .collect();
             println!(
-                "    per second from {} UTC (answered in time/p99 ms): {}",
-                utc(s.window_from),
+                "    per second from {} (answered in time/p99 ms): {}",
+                wall(s.window_from),
                 per_second.join(" ")
             );
             if let Some(cpu) = s.client_cpu_per_call {
@@ -588,14 +602,14 @@ fn main() {
                 );
             }
             if s.sustained() {
-                best = Some(s);
+                best = Some((s, around));
             } else {
                 failed_at = Some(s.leases);
             }
             if only.is_some() {
                 break;
             }
-            let sustained_at = best.as_ref().map_or(0, |b| b.leases);
+            let sustained_at = best.as_ref().map_or(0, |(b, _)| b.leases);
             leases = match failed_at {
                 None => leases * 2,
                 Some(failed) => {
@@ -609,7 +623,7 @@ fn main() {
             };
         }
         // Overload at 2x and 3x the rate sustained, and back (issue 13's last targets).
-        if let Some(b) = &best {
+        if let Some((b, b_around)) = &best {
             println!();
             let named: Vec<String> = factors.iter().map(|f| format!("{f}x")).collect();
             println!(
@@ -622,14 +636,8 @@ fn main() {
             );
             for &factor in &factors {
                 let o = overload(&server.url, &prefix, b.leases, factor, &admin).await;
-                vacuum(
-                    &admin,
-                    &[&format!("{prefix}leases"), &format!("{prefix}lease_contenders")],
-                )
-                .await;
-                let floor_before = floor_last;
-                floor_last = floor(&pool, &update).await;
-                floor_highest = floor_highest.max(floor_last);
+                let (floor_before, floor_after) =
+                    floors.after_run(&admin, &prefix, &pool, &update).await;
                 let least = o.goodput.iter().copied().fold(f64::INFINITY, f64::min);
                 let mean = o.goodput.iter().sum::<f64>() / o.goodput.len() as f64;
                 let goodput_ok = least >= 0.9 * b.answered_per_s;
@@ -656,8 +664,8 @@ fn main() {
                 );
                 let per_second: Vec<String> = o.goodput.iter().map(|g| format!("{g:.0}")).collect();
                 println!(
-                    "    goodput per second from {} UTC: {}",
-                    utc(o.surge_from),
+                    "    goodput per second from {}: {}",
+                    wall(o.surge_from),
                     per_second.join(" ")
                 );
                 let after: Vec<String> = o.after_per_second.iter().map(|a| a.to_string()).collect();
@@ -673,16 +681,16 @@ fn main() {
                 );
                 println!(
                     "    the floor before and after this overload: {floor_before:.0} and \
-                     {floor_last:.0} UPDATEs/s ({:.0} either side of the sustained step)",
-                    b.anchor()
+                     {floor_after:.0} UPDATEs/s ({:.0} either side of the sustained step)",
+                    anchor(*b_around)
                 );
             }
         }
         println!();
         match best {
-            Some(s) => {
-                let ratio = s.answered_per_s / s.anchor();
-                let first_last = (floor_first + floor_last) / 2.0;
+            Some((s, around)) => {
+                let ratio = s.answered_per_s / anchor(around);
+                let first_last = anchor((floors.first, floors.last));
                 println!(
                     "largest N sustained: {} leases x {CONTENDERS} contenders, {:.0} lease calls/s, \
                      p99 {} ms; / the floors either side of it ({:.0} and {:.0}) = {ratio:.2}x \
@@ -690,16 +698,18 @@ fn main() {
                     s.leases,
                     s.answered_per_s,
                     ms(s.p99),
-                    s.floors.0,
-                    s.floors.1,
+                    around.0,
+                    around.1,
                     if ratio >= 0.7 { "met" } else { "MISSED" }
                 );
                 println!(
                     "    for comparison: / the mean of the run's first and last floors \
-                     ({floor_first:.0} and {floor_last:.0}) = {:.2}x; / the run's highest floor \
-                     ({floor_highest:.0}) = {:.2}x",
+                     ({:.0} and {:.0}) = {:.2}x; / the run's highest floor ({:.0}) = {:.2}x",
+                    floors.first,
+                    floors.last,
                     s.answered_per_s / first_last,
-                    s.answered_per_s / floor_highest
+                    floors.highest,
+                    s.answered_per_s / floors.highest
                 );
             }
             None => println!("no N sustained (the first, 250 leases, was not)"),
