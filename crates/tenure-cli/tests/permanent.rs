@@ -48,12 +48,14 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
         .expect("tenure run kept retrying a missing schema");
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("gave up on lease l"), "{stderr}");
+    // A contender's first call is `request_lease_v5` (it did not hold the lease before).
     assert!(
-        stderr.contains(&format!("{prefix}request_lease_v4")),
+        stderr.contains(&format!("{prefix}request_lease_v5")),
         "{stderr}"
     );
 
-    // The tables exist, but the role may not use them.
+    // The tables exist, but the role may not use them (v5 is the function of a contender's
+    // first call).
     let prefix = unique_prefix();
     let _tables = PrefixGuard::new(server.url.clone(), prefix.clone());
     let role = unique_name("tenure_role");
@@ -63,7 +65,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
         &server.url,
         &tenure_pg_test::serialized(&format!(
             "{sql}; CREATE ROLE {role} LOGIN; \
-             REVOKE EXECUTE ON FUNCTION {prefix}request_lease_v4(text, text, bigint, bigint, \
+             REVOKE EXECUTE ON FUNCTION {prefix}request_lease_v5(text, text, bigint, bigint, \
              bigint, bigint, bigint, timestamptz) FROM PUBLIC"
         )),
     )
@@ -73,7 +75,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
         .expect("tenure run kept retrying a missing privilege");
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains(&format!("EXECUTE on function {prefix}request_lease_v4")),
+        stderr.contains(&format!("EXECUTE on function {prefix}request_lease_v5")),
         "{stderr}"
     );
     // Validate, at the start, names it as well.
@@ -82,7 +84,7 @@ fn a_missing_schema_or_privilege_ends_the_run_and_an_unreachable_server_does_not
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "lacks EXECUTE on function {prefix}request_lease_v4"
+            "lacks EXECUTE on function {prefix}request_lease_v5"
         )),
         "{stderr}"
     );

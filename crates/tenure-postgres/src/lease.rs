@@ -11,7 +11,11 @@
 //! clock, sends [`Sightings::before`] with each request and records [`Sightings::after`] from
 //! each answer (see `migrations/0006_lease_functions_v2.sql`; `0008_lease_functions_v3.sql` for the standby's
 //! registration kept while fresh; `0009_lease_functions_v4.sql` for the renewal answered from
-//! the lease record when no registration can challenge it).
+//! the lease record when no registration can challenge it). A caller that did not hold the lease
+//! at its last answer calls `request_lease_v5` instead, which decides exactly what v4 decides
+//! and answers a standby whose registration is fresh from two index look-ups
+//! (`0011_lease_functions_v5.sql`); a caller that held it calls v4, whose renewal is one
+//! `UPDATE`.
 
 use std::time::Instant;
 
@@ -28,12 +32,19 @@ use crate::prefix::TablePrefix;
 
 /// The lease statements of one storage, with its prefix in place.
 pub(crate) struct LeaseStatements {
-    /// `request_lease_v4`, with the sighting.
+    /// `request_lease_v4`, with the sighting: the call of a caller that held the lease at its
+    /// last answer (a renewal, tried first).
     request: Sql,
+    /// `request_lease_v5`, with the sighting: the call of every other caller (a standby whose
+    /// registration is fresh, answered first).
+    request_unheld: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
     #[cfg(feature = "testing")]
     request_at: Sql,
+    /// `request_unheld` with the clock argument.
+    #[cfg(feature = "testing")]
+    request_unheld_at: Sql,
     /// `request_lease_v1`, what a process of the previous release calls (see [`Version::V1`]).
     #[cfg(feature = "testing")]
     request_v1: Sql,
@@ -54,10 +65,18 @@ impl LeaseStatements {
             // Called as a scalar: one column, a `<prefix>lease_outcome_v1` (see
             // `decode::composite`).
             request: format!("SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7)").into(),
+            request_unheld: format!("SELECT {p}request_lease_v5($1, $2, $3, $4, $5, $6, $7)")
+                .into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
             request_at: format!(
                 "SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7, {})",
+                at(8)
+            )
+            .into(),
+            #[cfg(feature = "testing")]
+            request_unheld_at: format!(
+                "SELECT {p}request_lease_v5($1, $2, $3, $4, $5, $6, $7, {})",
                 at(8)
             )
             .into(),
@@ -94,6 +113,27 @@ impl LeaseStatements {
     }
 }
 
+impl LeaseStatements {
+    /// The request of a caller that held the lease at its last answer (`request_lease_v4`)
+    /// or of any other (`request_lease_v5`), with the clock argument when `at` is set (tests).
+    fn request(&self, held: bool, at: Option<i64>) -> &Sql {
+        #[cfg(feature = "testing")]
+        if at.is_some() {
+            return if held {
+                &self.request_at
+            } else {
+                &self.request_unheld_at
+            };
+        }
+        let _ = at;
+        if held {
+            &self.request
+        } else {
+            &self.request_unheld
+        }
+    }
+}
+
 /// The functions' optional clock argument, from the bound `bigint` `$n` of microseconds since
 /// the Unix epoch (exact: the product stays below 2^53 microseconds).
 #[cfg(feature = "testing")]
@@ -121,21 +161,24 @@ fn ttl_micros(ttl: std::time::Duration) -> Result<i64, EventStorageError> {
 /// Which sighting a request sends, and which function it calls.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Version<'a> {
-    /// This release's function (`request_lease_v4`) with the storage's own sighting:
-    /// [`Sightings::before`] is sent, and the answer is recorded with [`Sightings::after`].
-    /// Every shipped call. (Named after no version, so that the next one renames nothing.)
+    /// This release's functions with the storage's own sighting: [`Sightings::before`] is
+    /// sent, and the answer is recorded with [`Sightings::after`]; `request_lease_v4` for a
+    /// caller that held the lease at its last answer, `request_lease_v5` for any other. Every
+    /// shipped call. (Named after no version, so that the next one renames nothing.)
     Current(&'a Sightings),
-    /// This release's function with exactly this sighting, nothing recorded; for the property
-    /// test.
+    /// `request_lease_v4` with exactly this sighting, nothing recorded; for the property test.
     #[cfg(feature = "testing")]
     CurrentGiven(Option<Sighting>),
+    /// `request_lease_v5` with exactly this sighting, nothing recorded; for the property test.
+    #[cfg(feature = "testing")]
+    UnheldGiven(Option<Sighting>),
     /// `request_lease_v1`, no sighting: a process of the previous release, for the
     /// rolling-upgrade test and the clock-step test's negative control.
     #[cfg(feature = "testing")]
     V1,
 }
 
-/// The sighting as `request_lease_v4`'s three arguments: token (0 for none), heartbeat in µs
+/// The sighting as the three arguments of `request_lease_v4` and `_v5`: token (0 for none), heartbeat in µs
 /// since the Unix epoch, and µs unchanged (saturating: a longer sighting covers every ttl).
 fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
     match sighting {
@@ -148,8 +191,8 @@ fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
     }
 }
 
-/// `request_lease`: one call of `<prefix>request_lease_v4` (or, in tests, `_v1`); says how the
-/// record changed.
+/// `request_lease`: one call of `<prefix>request_lease_v4` or `_v5` (or, in tests, `_v1`); says
+/// how the record changed.
 pub(crate) async fn request<D: Driver>(
     link: &Link<D>,
     statements: &LeaseStatements,
@@ -165,34 +208,34 @@ pub(crate) async fn request<D: Driver>(
         Clock::At(at) => Some(at.as_micros()),
     };
     let sent_at = Instant::now();
-    // The statement, the sighting to send, whether the caller held the lease at its last
-    // answer (a test's call counts as a renewal), and the registry to record the answer in.
+    // The statement (with its clock argument, in tests), the sighting to send, whether the
+    // caller held the lease at its last answer (a test's call counts as a renewal), and the
+    // registry to record the answer in.
     let (sql, sighting, held, kept) = match version {
         Version::Current(kept) => {
             let last =
                 kept.last_answer(request.lease_name.as_str(), request.owner.as_str(), sent_at);
-            (
-                &statements.request,
-                last.map(|last| last.sighting),
-                last.is_some_and(|last| last.held),
-                Some(kept),
-            )
+            let held = last.is_some_and(|last| last.held);
+            let sql = statements.request(held, at);
+            (sql, last.map(|last| last.sighting), held, Some(kept))
         }
         #[cfg(feature = "testing")]
-        Version::CurrentGiven(sighting) => (&statements.request, sighting, true, None),
+        Version::CurrentGiven(sighting) => (statements.request(true, at), sighting, true, None),
         #[cfg(feature = "testing")]
-        Version::V1 => (&statements.request_v1, None, true, None),
+        Version::UnheldGiven(sighting) => (statements.request(false, at), sighting, true, None),
+        #[cfg(feature = "testing")]
+        Version::V1 => {
+            let sql = match at {
+                None => &statements.request_v1,
+                Some(_) => &statements.request_v1_at,
+            };
+            (sql, None, true, None)
+        }
     };
     #[cfg(feature = "testing")]
     let sighted = !matches!(version, Version::V1);
     #[cfg(not(feature = "testing"))]
     let sighted = true;
-    #[cfg(feature = "testing")]
-    let sql = match (at, sighted) {
-        (None, _) => sql,
-        (Some(_), true) => &statements.request_at,
-        (Some(_), false) => &statements.request_v1_at,
-    };
     let [seen_token, seen_heartbeat, seen_for] = sighting_params(sighting.as_ref());
     let (name, owner) = (request.lease_name.as_str(), request.owner.as_str());
     let clock_param = Param::Int8(at.unwrap_or_default());

@@ -58,7 +58,7 @@ pub(crate) struct Adapter<D> {
     pub(crate) leases: LeaseStatements,
     pub(crate) events: EventStatements,
     pub(crate) visibility_wait: Duration,
-    /// What this storage's owners saw of their leases' tenures (sent with `request_lease_v4`).
+    /// What this storage's owners saw of their leases' tenures (sent with each request).
     pub(crate) sightings: Sightings,
     /// Call `request_lease_v1` as a process of the previous release does (tests only).
     #[cfg(feature = "testing")]
@@ -79,7 +79,7 @@ impl<D: Driver> Adapter<D> {
         }
     }
 
-    /// How a request of this storage is made: `request_lease_v4` with its sightings.
+    /// How a request of this storage is made: `request_lease_v4` or `_v5` with its sightings.
     pub(crate) fn version(&self) -> Version<'_> {
         #[cfg(feature = "testing")]
         if self.calls_v1.load(std::sync::atomic::Ordering::Relaxed) {
@@ -243,7 +243,9 @@ impl EventStorage for PostgresEventStorage {
         self.inner.changes.subscribe()
     }
 
-    /// One call of the `<prefix>request_lease_v4` function, in autocommit, with this
+    /// One call of the `<prefix>request_lease_v4` function (or `_v5`, which decides the same
+    /// and answers a standby with a fresh registration at less cost, when the owner did not
+    /// hold the lease at its last answer), in autocommit, with this
     /// storage's sighting of the lease's tenure (a takeover of a lease that expired without a
     /// release waits until the owner has seen that tenure unchanged for a ttl on this
     /// process's monotonic clock; see `docs/postgres.md`).

@@ -23,7 +23,8 @@ impl PostgresEventStorage {
         })
     }
 
-    /// Runs `request` through `request_lease_v4` with exactly `sighting` (not the storage's
+    /// Runs `request` through `request_lease_v4` (the function of a caller that held the
+    /// lease at its last answer) with exactly `sighting` (not the storage's
     /// own, and nothing is recorded) and `now` standing in for the database clock, and says
     /// how the record changed.
     pub async fn request_lease_sighted_at(
@@ -34,6 +35,21 @@ impl PostgresEventStorage {
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
             lease::request(&a.link, &a.leases, request, Clock::At(now), Version::CurrentGiven(sighting))
+                .await
+        })
+    }
+
+    /// [`request_lease_sighted_at`](Self::request_lease_sighted_at) through
+    /// `request_lease_v5`, the function of a caller that did not hold the lease at its last
+    /// answer (which must decide the same for any caller).
+    pub async fn request_lease_unheld_sighted_at(
+        &self,
+        request: &LeaseRequest,
+        now: Timestamp,
+        sighting: Option<Sighting>,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        on_adapter!(self.engine(), a => {
+            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::UnheldGiven(sighting))
                 .await
         })
     }

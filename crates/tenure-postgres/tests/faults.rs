@@ -67,7 +67,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
         .unwrap();
     assert_eq!(first.status, LeaseStatus::Leader);
     // b sees a's tenure, and keeps seeing it for a ttl: a takeover once it has expired needs
-    // that sighting (request_lease_v4).
+    // that sighting (request_lease_v4, and v5, which b calls: it does not hold the lease).
     let seen = storage
         .request_lease(&LeaseRequest::new("l", "b", 0, ttl))
         .await
@@ -84,7 +84,7 @@ async fn a_contender_kept_waiting_on_the_lock_past_the_ttl_decides_on_the_time_i
                 .await
         }
     });
-    blocked_on_lock(guard.prefix(), "request_lease_v4").await;
+    blocked_on_lock(guard.prefix(), "request_lease_v5").await;
     // Keep b waiting well past a's ttl, then let it in.
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert!(!waiting.is_finished(), "b did not wait on the lock");

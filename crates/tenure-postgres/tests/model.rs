@@ -18,10 +18,14 @@
 //! `keeps_fresh_registrations`) and answers an unchallenged renewal from the lease record,
 //! sparing the registrations (`RequestOutcome::sparing_registrations_on_unchallenged_renewal`,
 //! declared by `spares_registrations_on_unchallenged_renewals`; its negative control stops the
-//! trigger that raises the record's bound of the registrations' priorities). The sighted rule
+//! trigger that raises the record's bound of the registrations' priorities), and
+//! `request_lease_v5` the same way, for every caller (the adapter calls it for a caller that did
+//! not hold the lease at its last answer; it answers a standby whose registration is fresh by
+//! itself and hands every other call to v4; its negative control moves its own freshness bound).
+//! The sighted rule
 //! itself, `decide_request_sighted` followed by both, is checked by
-//! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each
-//! request with a sighting chosen around the stored tenure (none, its token and heartbeat for
+//! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each request through v4
+//! or v5 at random, with a sighting chosen around the stored tenure (none, its token and heartbeat for
 //! a ttl and one microsecond either side of it, another token, another heartbeat), compared
 //! answer by answer and record by record with the domain; its negative control moves the
 //! sighting's bound by one microsecond in SQL and requires the check to notice.
@@ -50,10 +54,21 @@ struct Sql {
     storage: PostgresEventStorage,
     admin: tokio_postgres::Client,
     prefix: String,
-    /// Call `request_lease_v4` with the sighting implied by the stored record and `now`
-    /// (`Sighting::on_storage_clock`, with which the sighted rule is the plain one), instead
-    /// of `request_lease_v1`.
-    v4_implied: bool,
+    /// Which function a request calls.
+    calls: Calls,
+}
+
+/// Which function the differential check's requests call.
+#[derive(Clone, Copy, Debug)]
+enum Calls {
+    /// `request_lease_v1`, as a process of an earlier release does.
+    V1,
+    /// `request_lease_v4` with the sighting implied by the stored record and `now`
+    /// (`Sighting::on_storage_clock`, with which the sighted rule is the plain one).
+    V4Implied,
+    /// `request_lease_v5` (the adapter's call for a caller that did not hold the lease at its
+    /// last answer), for every caller, with the implied sighting.
+    V5Implied,
 }
 
 impl Sql {
@@ -69,7 +84,7 @@ impl Sql {
             storage,
             admin,
             prefix: guard.prefix().to_owned(),
-            v4_implied: false,
+            calls: Calls::V1,
         };
         (sql, guard)
     }
@@ -144,20 +159,29 @@ impl DecisionSystem for Sql {
             request.ttl,
         );
         let (transition, response) = self.runtime.block_on(async {
-            if self.v4_implied {
+            let implied = || async {
                 let lease_name = LeaseName::new(request.lease_name.clone())?;
-                let implied = self
-                    .record(&lease_name)
-                    .await?
-                    .map(|(lease, _)| Sighting::on_storage_clock(&lease, now));
                 Ok::<_, BoxError>(
+                    self.record(&lease_name)
+                        .await?
+                        .map(|(lease, _)| Sighting::on_storage_clock(&lease, now)),
+                )
+            };
+            Ok::<_, BoxError>(match self.calls {
+                Calls::V1 => self.storage.request_lease_at(&request, now).await?,
+                Calls::V4Implied => {
+                    let implied = implied().await?;
                     self.storage
                         .request_lease_sighted_at(&request, now, implied)
-                        .await?,
-                )
-            } else {
-                Ok(self.storage.request_lease_at(&request, now).await?)
-            }
+                        .await?
+                }
+                Calls::V5Implied => {
+                    let implied = implied().await?;
+                    self.storage
+                        .request_lease_unheld_sighted_at(&request, now, implied)
+                        .await?
+                }
+            })
         })?;
         Ok(Decided::new(response).with_transition(transition))
     }
@@ -196,17 +220,17 @@ impl DecisionSystem for Sql {
     }
 
     fn keeps_fresh_registrations(&self) -> bool {
-        self.v4_implied
+        !matches!(self.calls, Calls::V1)
     }
 
     fn spares_registrations_on_unchallenged_renewals(&self) -> bool {
-        self.v4_implied
+        !matches!(self.calls, Calls::V1)
     }
 }
 
-fn sql_decisions_match_the_domain(driver: PostgresDriver, v4_implied: bool) {
+fn sql_decisions_match_the_domain(driver: PostgresDriver, calls: Calls) {
     let (mut sql, guard) = Sql::new(driver);
-    sql.v4_implied = v4_implied;
+    sql.calls = calls;
     let config = differential::Config::from_env_or(128);
     if let Err(mismatch) = differential::check_decisions_with(config, &mut sql) {
         panic!("the SQL functions and the domain disagree on {driver}: {mismatch}");
@@ -216,22 +240,32 @@ fn sql_decisions_match_the_domain(driver: PostgresDriver, v4_implied: bool) {
 
 #[test]
 fn sql_decisions_match_the_domain_on_deadpool() {
-    sql_decisions_match_the_domain(PostgresDriver::Deadpool, false);
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, Calls::V1);
 }
 
 #[test]
 fn sql_decisions_match_the_domain_on_sqlx() {
-    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, false);
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, Calls::V1);
 }
 
 #[test]
 fn v4_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
-    sql_decisions_match_the_domain(PostgresDriver::Deadpool, true);
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, Calls::V4Implied);
 }
 
 #[test]
 fn v4_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
-    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, true);
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, Calls::V4Implied);
+}
+
+#[test]
+fn v5_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, Calls::V5Implied);
+}
+
+#[test]
+fn v5_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, Calls::V5Implied);
 }
 
 /// Replaces the one occurrence of `shipped` in `function`'s definition with `broken`, for a
@@ -267,17 +301,17 @@ const SEED: u64 = 1;
 
 /// The negative control of the differential check: with `function` broken (`shipped`
 /// replaced by `broken`), the check must fail with a minimal case of at most `steps` steps.
-/// `v4_implied` picks the calls as [`Sql::v4_implied`] does; `moved` and `passed` are the
-/// messages when the shipped text is not found and when the check passes.
+/// `calls` picks the function the requests call; `moved` and `passed` are the messages when the
+/// shipped text is not found and when the check passes.
 fn caught_with_a_small_case(
-    v4_implied: bool,
+    calls: Calls,
     function: &str,
     [shipped, broken]: [&str; 2],
     steps: usize,
     [moved, passed]: [&str; 2],
 ) {
     let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    sql.v4_implied = v4_implied;
+    sql.calls = calls;
     let function = format!("{}{function}", guard.prefix());
     break_function(&sql, &function, shipped, broken, moved);
     let mismatch = differential::check_decisions_with(
@@ -301,7 +335,7 @@ fn caught_with_a_small_case(
 #[test]
 fn the_check_catches_an_off_by_one_at_expiry() {
     caught_with_a_small_case(
-        false,
+        Calls::V1,
         "request_lease_v1",
         [LIVE, OFF_BY_ONE],
         6,
@@ -321,13 +355,29 @@ const FRESH_OFF_BY_ONE: &str =
 #[test]
 fn the_check_catches_a_registration_kept_at_half_its_ttl() {
     caught_with_a_small_case(
-        true,
+        Calls::V4Implied,
         "request_lease_v4",
         [FRESH, FRESH_OFF_BY_ONE],
         6,
         [
             "the fresh registration's bound moved: update the negative control",
             "the check passed a function that keeps a registration at half its ttl",
+        ],
+    );
+}
+
+/// The same off-by-one in `request_lease_v5`'s own answer for a standby, which does not reach
+/// v4.
+#[test]
+fn the_check_catches_a_registration_kept_at_half_its_ttl_by_v5() {
+    caught_with_a_small_case(
+        Calls::V5Implied,
+        "request_lease_v5",
+        [FRESH, FRESH_OFF_BY_ONE],
+        6,
+        [
+            "v5's fresh registration's bound moved: update the negative control",
+            "the check passed a v5 that keeps a registration at half its ttl",
         ],
     );
 }
@@ -342,7 +392,7 @@ const NOT_RAISED: &str = "AND contender_priority_bound < NEW.priority AND false"
 #[test]
 fn the_check_catches_a_priority_bound_that_is_not_raised() {
     caught_with_a_small_case(
-        true,
+        Calls::V4Implied,
         "priority_bound_v1",
         [RAISED, NOT_RAISED],
         8,
@@ -379,6 +429,9 @@ enum SightedStep {
         ttl_ms: u64,
         priority: i64,
         seen: Seen,
+        /// Through `request_lease_v5` (the call of a caller that did not hold the lease at
+        /// its last answer) instead of v4: both must decide the same for any caller.
+        unheld: bool,
     },
     Release {
         owner: usize,
@@ -404,8 +457,14 @@ fn seen_strategy() -> impl Strategy<Value = Seen> {
 
 fn sighted_step_strategy() -> impl Strategy<Value = SightedStep> {
     prop_oneof![
-        8 => (0usize..3, 1u64..=20, -1i64..=1, seen_strategy()).prop_map(
-            |(owner, ttl_ms, priority, seen)| SightedStep::Request { owner, ttl_ms, priority, seen }
+        8 => (0usize..3, 1u64..=20, -1i64..=1, seen_strategy(), any::<bool>()).prop_map(
+            |(owner, ttl_ms, priority, seen, unheld)| SightedStep::Request {
+                owner,
+                ttl_ms,
+                priority,
+                seen,
+                unheld,
+            }
         ),
         1 => (0usize..3).prop_map(|owner| SightedStep::Release { owner }),
         3 => prop_oneof![Just(0i64), 1i64..=30_000].prop_map(|micros| SightedStep::Advance { micros }),
@@ -477,6 +536,7 @@ fn play_sighted(
                 ttl_ms,
                 priority,
                 seen,
+                unheld,
             } => {
                 let request = LeaseRequest::new(
                     lease,
@@ -499,7 +559,17 @@ fn play_sighted(
                 .sparing_registrations_on_unchallenged_renewal(&registered);
                 let (transition, response) = sql
                     .runtime
-                    .block_on(sql.storage.request_lease_sighted_at(&request, at, sighting))
+                    .block_on(async {
+                        if unheld {
+                            sql.storage
+                                .request_lease_unheld_sighted_at(&request, at, sighting)
+                                .await
+                        } else {
+                            sql.storage
+                                .request_lease_sighted_at(&request, at, sighting)
+                                .await
+                        }
+                    })
                     .map_err(|e| fail(format!("step {i}: {e}")))?;
                 prop_assert_eq!(
                     (transition, &response),
@@ -597,8 +667,9 @@ fn check_sighted(sql: &Sql, cases: u32) -> Result<SightedCoverage, String> {
 fn sighted_sql_decisions_match_the_domain(driver: PostgresDriver) {
     let (sql, guard) = Sql::new(driver);
     let cases = differential::Config::from_env_or(256).cases;
-    let coverage = check_sighted(&sql, cases)
-        .unwrap_or_else(|e| panic!("request_lease_v4 and decide_request_sighted disagree: {e}"));
+    let coverage = check_sighted(&sql, cases).unwrap_or_else(|e| {
+        panic!("request_lease_v4 or v5 and decide_request_sighted disagree: {e}")
+    });
     println!("{driver}: {coverage:?}");
     assert!(
         coverage.taken_over_sighted > 0
@@ -624,10 +695,10 @@ fn sighted_sql_decisions_match_the_domain_on_sqlx() {
 const SEEN_FOR_TTL: &str = "AND p_seen_for_micros >= v_lease.ttl_micros";
 const SEEN_FOR_TTL_OFF_BY_ONE: &str = "AND p_seen_for_micros >= v_lease.ttl_micros - 1";
 
-#[test]
-fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
+/// With `function`'s sighting bound one microsecond short, the sighted check must fail.
+fn sighted_check_catches_a_sighting_one_microsecond_short(function: &str) {
     let (sql, guard) = Sql::new(PostgresDriver::Deadpool);
-    let function = format!("{}request_lease_v4", guard.prefix());
+    let function = format!("{}{function}", guard.prefix());
     break_function(
         &sql,
         &function,
@@ -640,4 +711,14 @@ fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
     assert!(error.contains("disagree"), "{error}");
     println!("caught, as it should be: {error}");
     drop(guard);
+}
+
+#[test]
+fn the_sighted_check_catches_a_sighting_one_microsecond_short() {
+    sighted_check_catches_a_sighting_one_microsecond_short("request_lease_v4");
+}
+
+#[test]
+fn the_sighted_check_catches_a_sighting_one_microsecond_short_in_v5() {
+    sighted_check_catches_a_sighting_one_microsecond_short("request_lease_v5");
 }

@@ -189,6 +189,10 @@ async fn each_needed_privilege_is_named_by_validate_and_by_the_failing_call(driv
             "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
         ),
         (
+            "request_lease_v5",
+            "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+        ),
+        (
             "append_events_v1",
             "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
         ),

@@ -124,6 +124,10 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
     ),
     (
+        "request_lease_v5",
+        "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
+    ),
+    (
         "append_events_v1",
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),

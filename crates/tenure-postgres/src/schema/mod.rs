@@ -59,6 +59,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0010_unannounced_creations.sql",
         include_str!("../../migrations/0010_unannounced_creations.sql"),
     ),
+    (
+        "0011_lease_functions_v5.sql",
+        include_str!("../../migrations/0011_lease_functions_v5.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.
@@ -121,6 +125,7 @@ mod tests {
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v2"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v3"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v4"));
+        assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_request_lease_v5"));
         assert!(sql.contains("CREATE OR REPLACE FUNCTION abc_release_lease_v1"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_events"));
         assert!(sql.contains("CREATE TABLE IF NOT EXISTS abc_event_keys"));

@@ -241,7 +241,8 @@ mod tests {
                 "tenure_notify_contender_v1",
                 "tenure_request_lease_v3",
                 "tenure_priority_bound_v1",
-                "tenure_request_lease_v4"
+                "tenure_request_lease_v4",
+                "tenure_request_lease_v5"
             ]
         );
         for (name, body) in &bodies {
