@@ -20,6 +20,10 @@
 #                      others keep it
 #   standby, mixed, v3 the same calls of request_lease_v3 (the previous release), on leases of
 #                      their own
+#   standby, kept, v5  the same call as "standby, kept" through request_lease_v5, which this
+#                      release calls for a caller that did not hold the lease at its last answer
+#   standby, mixed, v5 the same calls as "standby, mixed" through request_lease_v5 (on the same
+#                      leases: v4 and v5 write the same rows)
 #   renewal            request_lease_v4 by the holder of a lease without standbys
 #   renewal, standby   request_lease_v4 by the holder of a lease with one live standby of its
 #                      priority (answered from the lease record: the registrations' bound)
@@ -67,10 +71,12 @@ side standby_kept "SELECT cpu_request_lease_v4('s' || :id, 'standby', 0, $day, 0
 side standby_refresh "SELECT cpu_request_lease_v2('s' || :id, 'standby', 0, $day, 0, 0, 0)"
 side standby_mixed "SELECT cpu_request_lease_v4('r' || :id, 'standby', 0, $day + :t, 0, 0, 0)"
 side standby_mixed_v3 "SELECT cpu_request_lease_v3('q' || :id, 'standby', 0, $day + :t, 0, 0, 0)"
+side standby_kept_v5 "SELECT cpu_request_lease_v5('s' || :id, 'standby', 0, $day, 0, 0, 0)"
+side standby_mixed_v5 "SELECT cpu_request_lease_v5('r' || :id, 'standby', 0, $day + :t, 0, 0, 0)"
 side renewal "SELECT cpu_request_lease_v4('a' || :id, 'holder', 0, $day, 0, 0, 0)"
 side renewal_standby "SELECT cpu_request_lease_v4('s' || :id, 'holder', 0, $day, 0, 0, 0)"
 side renewal_standby_v3 "SELECT cpu_request_lease_v3('s' || :id, 'holder', 0, $day, 0, 0, 0)"
-sides="floor standby_kept standby_refresh standby_mixed standby_mixed_v3 renewal renewal_standby renewal_standby_v3"
+sides="floor standby_kept standby_kept_v5 standby_refresh standby_mixed standby_mixed_v5 standby_mixed_v3 renewal renewal_standby renewal_standby_v3"
 
 # Microseconds of server CPU per transaction of one pgbench client running $1.
 measure() {
@@ -88,7 +94,8 @@ measure() {
   local bench=$!
   pid=""
   for _ in $(seq 1 200); do
-    pid=$(PGOPTIONS= psql -At "$url" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND backend_start >= '$t0' LIMIT 1")
+    # pgbench's first session only logs in and leaves; the client's runs the statements.
+    pid=$(PGOPTIONS= psql -At "$url" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND backend_start >= '$t0' AND query <> '' LIMIT 1")
     [ -n "$pid" ] && break
     sleep 0.02
   done

@@ -3,8 +3,8 @@
 //! this test steps forward and backward by more than the largest ttl (2 s) while electors
 //! contend; the history checker judges the run.
 //!
-//! * Electors on `request_lease_v4` (the sighted rule: a takeover of a lease that merely
-//!   expired needs the taker's own sighting of that tenure for a ttl on its monotonic
+//! * Electors on `request_lease_v4` and `_v5` (the sighted rule: a takeover of a lease that
+//!   merely expired needs the taker's own sighting of that tenure for a ttl on its monotonic
 //!   clock): zero violations of any kind (overlapping leaderships, shared or backward tokens,
 //!   stale writes accepted, bookmarks moved back: the checker orders bookmark writes by the
 //!   callers' monotonic clock, never by the server's stepped one).
@@ -166,7 +166,7 @@ async fn stepped_server_clock_never_gives_two_leaders_with_the_sighted_rule() {
         .map(|w| (w[1] - w[0]).abs())
         .fold(observed[0].abs(), f64::max);
     println!("server clock offsets after each step (s): {observed:.1?}");
-    println!("request_lease_v4 (sighted): {v4}");
+    println!("request_lease_v4 and v5 (sighted): {v4}");
     println!("request_lease_v1 (negative control): {v1}");
     assert!(
         largest_step >= 10.0,
@@ -179,7 +179,7 @@ async fn stepped_server_clock_never_gives_two_leaders_with_the_sighted_rule() {
         );
     }
     println!(
-        "request_lease_v4: {} violations",
+        "request_lease_v4 and v5: {} violations",
         v4.history.violations.len()
     );
     assert!(v4.passed(), "the sighted rule did not hold: {v4}");
