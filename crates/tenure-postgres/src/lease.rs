@@ -111,9 +111,7 @@ impl LeaseStatements {
             .into(),
         }
     }
-}
 
-impl LeaseStatements {
     /// The request of a caller that held the lease at its last answer (`request_lease_v4`)
     /// or of any other (`request_lease_v5`), with the clock argument when `at` is set (tests).
     fn request(&self, held: bool, at: Option<i64>) -> &Sql {
@@ -178,8 +176,9 @@ pub(crate) enum Version<'a> {
     V1,
 }
 
-/// The sighting as the three arguments of `request_lease_v4` and `_v5`: token (0 for none), heartbeat in µs
-/// since the Unix epoch, and µs unchanged (saturating: a longer sighting covers every ttl).
+/// The sighting as the three arguments of `request_lease_v4` and `_v5`: token (0 for none),
+/// heartbeat in µs since the Unix epoch, and µs unchanged (saturating: a longer sighting covers
+/// every ttl).
 fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
     match sighting {
         None => [0, 0, 0],

@@ -19,16 +19,16 @@
 //! sparing the registrations (`RequestOutcome::sparing_registrations_on_unchallenged_renewal`,
 //! declared by `spares_registrations_on_unchallenged_renewals`; its negative control stops the
 //! trigger that raises the record's bound of the registrations' priorities), and
-//! `request_lease_v5` the same way, for every caller (the adapter calls it for a caller that did
-//! not hold the lease at its last answer; it answers a standby whose registration is fresh by
-//! itself and hands every other call to v4; its negative control moves its own freshness bound).
-//! The sighted rule
-//! itself, `decide_request_sighted` followed by both, is checked by
-//! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each request through v4
-//! or v5 at random, with a sighting chosen around the stored tenure (none, its token and heartbeat for
-//! a ttl and one microsecond either side of it, another token, another heartbeat), compared
-//! answer by answer and record by record with the domain; its negative control moves the
-//! sighting's bound by one microsecond in SQL and requires the check to notice.
+//! `request_lease_v5` the same way, for every caller (the adapter calls it for a caller that
+//! did not hold the lease at its last answer; it reads in another order and must decide what
+//! v4 decides; its negative control moves its own freshness bound). The sighted rule itself,
+//! `decide_request_sighted` followed by both, is checked by
+//! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each request through
+//! v4 or v5 at random, with a sighting chosen around the stored tenure (none, its token and
+//! heartbeat for a ttl and one microsecond either side of it, another token, another
+//! heartbeat), compared answer by answer and record by record with the domain; its negative
+//! controls move the sighting's bound by one microsecond in v4 and in v5 and require the check
+//! to notice.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -93,8 +93,10 @@ async fn first_error(storage: &PostgresEventStorage) -> Option<EventStorageError
     let event = NewEvent::new("s", "T", json!({ "n": 1 })).tagged("t");
     let keyed = AppendRequest::new(vec![event.clone()]).idempotent("k");
     let steps: Vec<Result<(), EventStorageError>> = vec![
+        // A contender's first call (request_lease_v5), a standby's, and a renewal (v4).
         storage.request_lease(&a).await.map(drop),
         storage.request_lease(&b).await.map(drop),
+        storage.request_lease(&a).await.map(drop),
         storage.get_leases().await.map(drop),
         storage.get_lease_contenders(lease).await.map(drop),
         storage.release_lease(lease, "a").await.map(drop),
