@@ -130,6 +130,16 @@ impl LeaseStatements {
             &self.request_unheld
         }
     }
+
+    /// `request_lease_v1`, with the clock argument when `at` is set.
+    #[cfg(feature = "testing")]
+    fn request_v1(&self, at: Option<i64>) -> &Sql {
+        if at.is_some() {
+            &self.request_v1_at
+        } else {
+            &self.request_v1
+        }
+    }
 }
 
 /// The functions' optional clock argument, from the bound `bigint` `$n` of microseconds since
@@ -223,13 +233,7 @@ pub(crate) async fn request<D: Driver>(
         #[cfg(feature = "testing")]
         Version::UnheldGiven(sighting) => (statements.request(false, at), sighting, true, None),
         #[cfg(feature = "testing")]
-        Version::V1 => {
-            let sql = match at {
-                None => &statements.request_v1,
-                Some(_) => &statements.request_v1_at,
-            };
-            (sql, None, true, None)
-        }
+        Version::V1 => (statements.request_v1(at), None, true, None),
     };
     #[cfg(feature = "testing")]
     let sighted = !matches!(version, Version::V1);

@@ -44,7 +44,10 @@ use tenure_ports::domain::{
     LeaseName, Owner, RecordWrite, Timestamp, Transition, ValidLeaseRequest, decide_release,
     decide_request_sighted,
 };
-use tenure_ports::{BoxError, Contender, FencingToken, Lease, LeaseRequest, Sighting};
+use tenure_ports::{
+    BoxError, Contender, EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse,
+    Sighting,
+};
 use tenure_postgres::{PostgresDriver, PostgresEventStorage};
 use tenure_tck::differential::{self, Decided, DecisionSystem, Observed};
 
@@ -146,6 +149,28 @@ impl Sql {
     }
 }
 
+impl Sql {
+    /// `request` through `request_lease_v5` (`unheld`) or `request_lease_v4`, with exactly
+    /// `sighting` and `now` standing in for the database clock.
+    async fn sighted(
+        &self,
+        unheld: bool,
+        request: &LeaseRequest,
+        now: Timestamp,
+        sighting: Option<Sighting>,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        if unheld {
+            self.storage
+                .request_lease_unheld_sighted_at(request, now, sighting)
+                .await
+        } else {
+            self.storage
+                .request_lease_sighted_at(request, now, sighting)
+                .await
+        }
+    }
+}
+
 impl DecisionSystem for Sql {
     fn request(
         &mut self,
@@ -169,16 +194,9 @@ impl DecisionSystem for Sql {
             };
             Ok::<_, BoxError>(match self.calls {
                 Calls::V1 => self.storage.request_lease_at(&request, now).await?,
-                Calls::V4Implied => {
-                    let implied = implied().await?;
-                    self.storage
-                        .request_lease_sighted_at(&request, now, implied)
-                        .await?
-                }
-                Calls::V5Implied => {
-                    let implied = implied().await?;
-                    self.storage
-                        .request_lease_unheld_sighted_at(&request, now, implied)
+                Calls::V4Implied | Calls::V5Implied => {
+                    let unheld = matches!(self.calls, Calls::V5Implied);
+                    self.sighted(unheld, &request, now, implied().await?)
                         .await?
                 }
             })
@@ -559,17 +577,7 @@ fn play_sighted(
                 .sparing_registrations_on_unchallenged_renewal(&registered);
                 let (transition, response) = sql
                     .runtime
-                    .block_on(async {
-                        if unheld {
-                            sql.storage
-                                .request_lease_unheld_sighted_at(&request, at, sighting)
-                                .await
-                        } else {
-                            sql.storage
-                                .request_lease_sighted_at(&request, at, sighting)
-                                .await
-                        }
-                    })
+                    .block_on(sql.sighted(unheld, &request, at, sighting))
                     .map_err(|e| fail(format!("step {i}: {e}")))?;
                 prop_assert_eq!(
                     (transition, &response),
