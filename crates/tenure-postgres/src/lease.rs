@@ -209,8 +209,10 @@ pub(crate) async fn request<D: Driver>(
     clock: Clock,
     version: Version<'_>,
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
-    let request = request.validate()?;
-    let ttl_micros = ttl_micros(request.ttl)?;
+    // Checked in place: a validated copy of the request would cost two allocations per call,
+    // and only the answer needs an owned name.
+    let ttl = request.check()?;
+    let ttl_micros = ttl_micros(ttl)?;
     let at = match clock {
         Clock::Database => None,
         #[cfg(feature = "testing")]
@@ -277,11 +279,11 @@ pub(crate) async fn request<D: Driver>(
             Some(_) => Standing::Established,
             None => Standing::Newcomer,
         };
-        let patience = lane::patience(request.ttl);
+        let patience = lane::patience(ttl);
         link.query_one_yielding("request_lease", sql, params, standing, patience)
             .await?
     };
-    let decided = decode::lease::response(&request.lease_name, &row)?;
+    let decided = decode::lease::response(LeaseName::new(name)?, &row)?;
     if let Some(kept) = kept {
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
     }

@@ -56,7 +56,7 @@ fn lease_at<'a>(
 /// The answer of `request_lease_v1`: one `<prefix>lease_outcome_v1` (o_status, o_transition,
 /// then the lease record's columns as [`lease_at`] reads them).
 pub(crate) fn response(
-    lease_name: &LeaseName,
+    lease_name: LeaseName,
     row: &impl Row,
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
     let outcome: Composite<'_> = get(row, 0, "request_lease_v1")?;
@@ -75,7 +75,7 @@ pub(crate) fn response(
         "standby" => Transition::Standby,
         other => return Err(corrupt(format!("unknown lease transition {other:?}"))),
     };
-    let lease = lease_at(outcome, 2, lease_name.clone())?;
+    let lease = lease_at(outcome, 2, lease_name)?;
     Ok((
         transition,
         LeaseResponse {

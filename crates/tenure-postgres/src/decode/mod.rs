@@ -60,6 +60,7 @@ pub(crate) trait Decode<'a>: Sized {
 }
 
 /// The bytes of a non-NULL value of one of the `accepted` types.
+#[inline]
 fn bytes<'a>(value: Value<'a>, accepted: &[u32], rust: &str) -> Result<&'a [u8], BoxError> {
     if !accepted.contains(&value.oid) {
         return Err(format!("a value of type OID {} is not a {rust}", value.oid).into());
@@ -69,6 +70,7 @@ fn bytes<'a>(value: Value<'a>, accepted: &[u32], rust: &str) -> Result<&'a [u8],
         .ok_or_else(|| format!("NULL is not a {rust}").into())
 }
 
+#[inline]
 fn fixed<const N: usize>(raw: &[u8], rust: &str) -> Result<[u8; N], BoxError> {
     raw.try_into()
         .map_err(|_| format!("a {rust} takes {N} bytes, not {}", raw.len()).into())
@@ -145,6 +147,7 @@ impl Decode<'_> for serde_json::Value {
 }
 
 /// Takes `n` bytes off the front of `buf`.
+#[inline]
 pub(crate) fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], BoxError> {
     if buf.len() < n {
         return Err("the value is truncated".into());
@@ -155,6 +158,7 @@ pub(crate) fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], BoxErro
 }
 
 /// Takes a big-endian 4-byte word off the front of `buf`.
+#[inline]
 pub(crate) fn take_4(buf: &mut &[u8]) -> Result<[u8; 4], BoxError> {
     fixed(take(buf, 4)?, "word")
 }
