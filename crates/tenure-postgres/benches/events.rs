@@ -37,7 +37,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use tenure_memory::MemoryEventStorage;
-use tenure_pg_test::PrefixGuard;
 use tenure_ports::{
     AppendRequest, EventCursor, EventId, EventPosition, EventQuery, EventStorage, NewEvent,
     ReadOptions, StoredEvent, Timestamp, normalize_tags,
@@ -482,8 +481,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let server = tenure_pg_test::required_server();
-    let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
+    let (server, guard) = support::server_and_prefix();
     let prefix = guard.prefix().to_owned();
     let run_started = Instant::now();
     let load_before = load_average();

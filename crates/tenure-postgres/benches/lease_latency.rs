@@ -43,7 +43,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::sqlx_0_9::postgres::PgPoolOptions;
 use tenure_postgres::sqlx_0_9::{self, PgPool};
@@ -260,8 +259,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let server = tenure_pg_test::required_server();
-    let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
+    let (server, guard) = support::server_and_prefix();
     let prefix = guard.prefix().to_owned();
     runtime.block_on(async {
         // The application's pools, as an application would build them (and as the storage

@@ -77,7 +77,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tenure_election::Backoff;
-use tenure_pg_test::PrefixGuard;
 use tenure_ports::{EventStorage, LeaseRequest, Timestamp};
 use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres};
 
@@ -513,8 +512,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let server = tenure_pg_test::required_server();
-    let guard = PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
+    let (server, guard) = support::server_and_prefix();
     let prefix = guard.prefix().to_owned();
     let max_leases: usize = std::env::var("TENURE_BENCH_MAX_LEASES")
         .ok()

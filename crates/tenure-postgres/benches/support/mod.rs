@@ -7,6 +7,15 @@ use std::time::Duration;
 
 use tenure_postgres::deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+/// The server the tests would use, and a table prefix of this run's own, whose tables and
+/// functions go when the guard drops.
+pub fn server_and_prefix() -> (&'static tenure_pg_test::Server, tenure_pg_test::PrefixGuard) {
+    let server = tenure_pg_test::required_server();
+    let guard =
+        tenure_pg_test::PrefixGuard::new(server.url.clone(), tenure_pg_test::unique_prefix());
+    (server, guard)
+}
+
 /// A deadpool pool of `size` on `url`, as an application builds it (no ping before a
 /// checkout) and connected as the storage connects (TLS as the string's `sslmode` asks), so
 /// that a baseline through it and the storage share one client code path.
