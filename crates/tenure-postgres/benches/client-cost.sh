@@ -4,9 +4,9 @@
 #   crates/tenure-postgres/benches/client-cost.sh
 #
 # Needs valgrind and PostgreSQL (TENURE_DATABASE_URL, or as the tests find it). Builds the
-# `client_cost` benchmark, runs each side (floor, renewal, standby; see `client_cost.rs`) under
-# callgrind twice, with 500 and 2,500 calls, and prints the difference per call: what one more
-# call costs the process, without its start-up and warm-up. Callgrind counts instructions, so
+# `client_cost` benchmark, runs each side (see `client_cost.rs`) under callgrind twice, with 500
+# and 2,500 calls, and prints the difference per call: what one more call costs the process,
+# without its start-up and warm-up. Callgrind counts instructions, so
 # the figures repeat from run to run whatever else the machine does (within about 2 %: the
 # server's answers arrive in more or fewer reads of the socket).
 set -euo pipefail
@@ -28,11 +28,11 @@ count() {
 
 few=500
 many=2500
-printf '%-10s %22s %14s\n' side "instructions per call" "/ floor's"
+printf '%-13s %22s %14s\n' side "instructions per call" "/ floor's"
 floor=""
-for side in floor renewal standby; do
+for side in floor renewal standby floor-sqlx renewal-sqlx; do
   per_call=$(( ($(count "$side" "$many") - $(count "$side" "$few")) / (many - few) ))
   [ -n "$floor" ] || floor=$per_call
   awk -v side="$side" -v n="$per_call" -v floor="$floor" \
-    'BEGIN { printf "%-10s %22d %13.2fx\n", side, n, n / floor }'
+    'BEGIN { printf "%-13s %22d %13.2fx\n", side, n, n / floor }'
 done

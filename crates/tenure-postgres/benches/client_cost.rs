@@ -13,10 +13,13 @@
 //! * `floor`: a single-row `UPDATE` (prepared, autocommit) through deadpool-postgres and
 //!   tokio-postgres, as `lease_latency`'s floor;
 //! * `renewal`: `request_lease` by the holder of one of 100 leases, on a deadpool storage;
-//! * `standby`: `request_lease` by a standby of one of those leases.
+//! * `standby`: `request_lease` by a standby of one of those leases;
+//! * `floor-sqlx`: the floor's `UPDATE` through a `sqlx::PgPool` of one connection: what the
+//!   sqlx driver itself costs;
+//! * `renewal-sqlx`: the renewal on a storage with the sqlx driver and a pool of its own.
 //!
-//! The storage is given the same pool as the floor, so both pay the same connection and TLS
-//! costs. It creates its own prefix and drops it afterwards.
+//! The deadpool storage is given the same pool as the floor, so both pay the same connection
+//! and TLS costs. It creates its own prefix and drops it afterwards.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +28,8 @@ mod support;
 use std::time::Duration;
 
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
-use tenure_postgres::{PostgresEventStorage, deadpool_postgres};
+use tenure_postgres::sqlx_0_9::{self, PgPool, postgres::PgPoolOptions};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage, deadpool_postgres};
 
 const LEASES: usize = 100;
 const TTL: Duration = Duration::from_secs(600);
@@ -35,11 +39,15 @@ enum Side {
     Floor,
     Renewal,
     Standby,
+    FloorOnSqlx,
+    RenewalOnSqlx,
 }
 
 struct Bench {
     storage: PostgresEventStorage,
     pool: deadpool_postgres::Pool,
+    sqlx_storage: PostgresEventStorage,
+    sqlx_pool: PgPool,
     update: String,
     renewals: Vec<LeaseRequest>,
     standbys: Vec<LeaseRequest>,
@@ -56,10 +64,23 @@ impl Bench {
                 assert_eq!(client.execute(&statement, &[&id]).await.unwrap(), 1);
                 return;
             }
-            Side::Renewal => (&self.renewals[n], LeaseStatus::Leader),
+            Side::FloorOnSqlx => {
+                let done = sqlx_0_9::query(sqlx_0_9::AssertSqlSafe(self.update.as_str()))
+                    .bind(i32::try_from(n).unwrap())
+                    .execute(&self.sqlx_pool)
+                    .await
+                    .unwrap();
+                assert_eq!(done.rows_affected(), 1);
+                return;
+            }
+            Side::Renewal | Side::RenewalOnSqlx => (&self.renewals[n], LeaseStatus::Leader),
             Side::Standby => (&self.standbys[n], LeaseStatus::Standby),
         };
-        let response = self.storage.request_lease(request).await.unwrap();
+        let storage = match side {
+            Side::RenewalOnSqlx => &self.sqlx_storage,
+            _ => &self.storage,
+        };
+        let response = storage.request_lease(request).await.unwrap();
         assert_eq!(response.status, expected);
     }
 }
@@ -79,7 +100,12 @@ fn main() {
         Ok("floor") => Side::Floor,
         Ok("renewal") => Side::Renewal,
         Ok("standby") => Side::Standby,
-        other => panic!("TENURE_BENCH_SIDE must be floor, renewal or standby, not {other:?}"),
+        Ok("floor-sqlx") => Side::FloorOnSqlx,
+        Ok("renewal-sqlx") => Side::RenewalOnSqlx,
+        other => panic!(
+            "TENURE_BENCH_SIDE must be floor, renewal, standby, floor-sqlx or renewal-sqlx, \
+             not {other:?}"
+        ),
     };
     let calls: usize = std::env::var("TENURE_BENCH_CALLS")
         .ok()
@@ -115,9 +141,25 @@ fn main() {
                 .map(|n| LeaseRequest::new(format!("lease-{n}"), owner, 0, TTL))
                 .collect()
         };
+        let sqlx_storage = PostgresEventStorage::builder()
+            .url(server.url.clone())
+            .driver(PostgresDriver::Sqlx09)
+            .pool_size(1)
+            .prefix(&prefix)
+            .build()
+            .await
+            .unwrap();
+        let sqlx_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect(&server.url)
+            .await
+            .unwrap();
         Bench {
             storage,
             pool,
+            sqlx_storage,
+            sqlx_pool,
             update: format!("UPDATE {prefix}bench_rows SET v = v + 1 WHERE id = $1"),
             renewals: requests("holder"),
             standbys: requests("standby"),
@@ -126,11 +168,21 @@ fn main() {
     // Warm-up: every lease held and stood by for, every statement prepared, the sightings kept.
     runtime.block_on(async {
         for i in 0..2 * LEASES {
-            for side in [Side::Renewal, Side::Standby, Side::Floor] {
+            for side in [
+                Side::Renewal,
+                Side::Standby,
+                Side::Floor,
+                Side::FloorOnSqlx,
+                Side::RenewalOnSqlx,
+            ] {
                 bench.call(side, i).await;
             }
         }
     });
     measured(&runtime, &bench, side, calls);
-    runtime.block_on(bench.storage.close()).unwrap();
+    runtime.block_on(async {
+        bench.storage.close().await.unwrap();
+        bench.sqlx_storage.close().await.unwrap();
+        bench.sqlx_pool.close().await;
+    });
 }
