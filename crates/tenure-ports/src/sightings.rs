@@ -131,10 +131,7 @@ impl Sightings {
 
     /// Forgets what `owner` saw of `lease_name` (after its release, say).
     pub fn forget(&self, lease_name: &str, owner: &str) {
-        let mut table = self.lock();
-        let Table { by_pair, scratch } = &mut *table;
-        Table::key(scratch, lease_name, owner);
-        by_pair.remove(scratch.as_slice());
+        self.lock().remove(lease_name, owner);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -173,6 +170,12 @@ impl Table {
     fn get_mut(&mut self, lease_name: &str, owner: &str) -> Option<&mut Seen> {
         Table::key(&mut self.scratch, lease_name, owner);
         self.by_pair.get_mut(self.scratch.as_slice())
+    }
+
+    /// Forgets the sighting of (`lease_name`, `owner`), if any.
+    fn remove(&mut self, lease_name: &str, owner: &str) {
+        Table::key(&mut self.scratch, lease_name, owner);
+        self.by_pair.remove(self.scratch.as_slice());
     }
 
     /// Forgets the sightings unused for [`IDLE`] at `now`, then all if more than three quarters

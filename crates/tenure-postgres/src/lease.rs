@@ -210,9 +210,10 @@ pub(crate) async fn request<D: Driver>(
     version: Version<'_>,
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
     // Checked in place: a validated copy of the request would cost two allocations per call,
-    // and only the answer needs an owned name.
+    // and only the answer needs an owned name, made here, before anything is sent.
     let ttl = request.check()?;
     let ttl_micros = ttl_micros(ttl)?;
+    let lease_name = LeaseName::new(request.lease_name.as_str())?;
     let at = match clock {
         Clock::Database => None,
         #[cfg(feature = "testing")]
@@ -283,7 +284,7 @@ pub(crate) async fn request<D: Driver>(
         link.query_one_yielding("request_lease", sql, params, standing, patience)
             .await?
     };
-    let decided = decode::lease::response(LeaseName::new(name)?, &row)?;
+    let decided = decode::lease::response(lease_name, &row)?;
     if let Some(kept) = kept {
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
     }

@@ -18,9 +18,7 @@ impl PostgresEventStorage {
         request: &LeaseRequest,
         now: Timestamp,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
-        on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::V1).await
-        })
+        self.request_lease_with(request, now, Version::V1).await
     }
 
     /// Runs `request` through `request_lease_v4` (the function of a caller that held the
@@ -33,10 +31,8 @@ impl PostgresEventStorage {
         now: Timestamp,
         sighting: Option<Sighting>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
-        on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::CurrentGiven(sighting))
-                .await
-        })
+        self.request_lease_with(request, now, Version::CurrentGiven(sighting))
+            .await
     }
 
     /// [`request_lease_sighted_at`](Self::request_lease_sighted_at) through
@@ -48,9 +44,19 @@ impl PostgresEventStorage {
         now: Timestamp,
         sighting: Option<Sighting>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        self.request_lease_with(request, now, Version::UnheldGiven(sighting))
+            .await
+    }
+
+    /// One lease request as `version` makes it, with `now` standing in for the database clock.
+    async fn request_lease_with(
+        &self,
+        request: &LeaseRequest,
+        now: Timestamp,
+        version: Version<'_>,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now), Version::UnheldGiven(sighting))
-                .await
+            lease::request(&a.link, &a.leases, request, Clock::At(now), version).await
         })
     }
 
