@@ -114,6 +114,13 @@ impl LeaseRequest {
         check_name(Field::Owner, &self.owner)?;
         validate_ttl(self.ttl)
     }
+
+    /// [`LeaseRequest::check`], and the lease's name as a [`LeaseName`]: for a backend that
+    /// answers with a name it does not keep, the name checked once and allocated once.
+    pub fn check_with_lease_name(&self) -> Result<(LeaseName, Duration), ValidationError> {
+        let ttl = self.check()?;
+        Ok((LeaseName::from_checked(&self.lease_name), ttl))
+    }
 }
 
 /// A [`LeaseRequest`] whose fields passed validation; the ttl is in whole microseconds.

@@ -437,5 +437,14 @@ proptest! {
                 prop_assert!(false, "request validation: expected {:?}, got {:?}", expected, got);
             }
         }
+        // The check in place agrees with it, error for error, and gives the same name and ttl.
+        match (request.validate(), request.check_with_lease_name()) {
+            (Ok(valid), Ok((name, kept))) => {
+                prop_assert_eq!(name, valid.lease_name);
+                prop_assert_eq!(kept, valid.ttl);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "validate {:?} but check_with_lease_name {:?}", a, b),
+        }
     }
 }

@@ -211,9 +211,8 @@ pub(crate) async fn request<D: Driver>(
 ) -> Result<(Transition, LeaseResponse), EventStorageError> {
     // Checked in place: a validated copy of the request would cost two allocations per call,
     // and only the answer needs an owned name, made here, before anything is sent.
-    let ttl = request.check()?;
+    let (lease_name, ttl) = request.check_with_lease_name()?;
     let ttl_micros = ttl_micros(ttl)?;
-    let lease_name = LeaseName::new(request.lease_name.as_str())?;
     let at = match clock {
         Clock::Database => None,
         #[cfg(feature = "testing")]
