@@ -17,17 +17,23 @@
 //! (`0011_lease_functions_v5.sql`); a caller that held it calls v4, whose renewal is one
 //! `UPDATE`.
 
-use std::time::Instant;
+mod carpool;
+
+use std::time::{Duration, Instant};
 
 use tenure_ports::domain::Transition;
 use tenure_ports::{
     Contender, EventStorageError, LeaseName, LeaseRequest, LeaseResponse, LeaseSnapshot, Owner,
     Sighting, Sightings, sort_contenders,
 };
+use tokio::sync::oneshot;
 
+pub(crate) use self::carpool::Carpool;
+use self::carpool::{Carried, Load, Outcome};
 use crate::connection::lane::{self, Standing};
-use crate::connection::{Driver, Link, Param, Sql};
+use crate::connection::{Driver, Link, Param, Sql, one_row};
 use crate::decode;
+use crate::error::Failure;
 use crate::prefix::TablePrefix;
 
 /// The lease statements of one storage, with its prefix in place.
@@ -38,6 +44,10 @@ pub(crate) struct LeaseStatements {
     /// `request_lease_v5`, with the sighting: the call of every other caller (a standby whose
     /// registration is fresh, answered first).
     request_unheld: Sql,
+    /// `request_leases_v1`: the standbys' requests that waited for a turn, carried in one
+    /// call ([`carpool`]); one row per request, its answer, or NULL where it was left
+    /// undecided.
+    request_carried: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
     #[cfg(feature = "testing")]
@@ -67,6 +77,11 @@ impl LeaseStatements {
             request: format!("SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7)").into(),
             request_unheld: format!("SELECT {p}request_lease_v5($1, $2, $3, $4, $5, $6, $7)")
                 .into(),
+            request_carried: format!(
+                "SELECT CASE WHEN o_decided THEN o_outcome END \
+                   FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7)"
+            )
+            .into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
             request_at: format!(
@@ -205,6 +220,7 @@ fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
 pub(crate) async fn request<D: Driver>(
     link: &Link<D>,
     statements: &LeaseStatements,
+    carpool: &Carpool<D::Row>,
     request: &LeaseRequest,
     clock: Clock,
     version: Version<'_>,
@@ -270,17 +286,32 @@ pub(crate) async fn request<D: Driver>(
     let count = 4 + if sighted { 3 } else { 0 } + usize::from(at.is_some());
     let params = &params[..count];
     // A caller that held the lease at its last answer is renewing: it goes ahead of standbys
-    // when connections are scarce (see `Link::query_one_yielding`).
+    // when connections are scarce (see `Link::yielding_turn`).
     let row = if held {
-        link.query_one("request_lease", sql, params).await?
+        link.query_one(WHAT, sql, params).await?
     } else {
         // A contender with a sighting has had an answer about the lease: established.
         let standing = match sighting {
             Some(_) => Standing::Established,
             None => Standing::Newcomer,
         };
+        // Carried with others only on the database's clock: the carrying call has no clock
+        // argument.
+        let carried = at.is_none().then(|| Carried {
+            lease_name: name.to_owned(),
+            owner: owner.to_owned(),
+            priority: request.priority,
+            ttl_micros,
+            seen: [seen_token, seen_heartbeat, seen_for],
+        });
         let patience = lane::patience(ttl);
-        link.query_one_yielding("request_lease", sql, params, standing, patience)
+        let way = Standby {
+            link,
+            statements,
+            sql,
+            params,
+        };
+        link.timed(WHAT, || way.request(carpool, carried, standing, patience))
             .await?
     };
     let decided = decode::lease::response(lease_name, &row)?;
@@ -288,6 +319,193 @@ pub(crate) async fn request<D: Driver>(
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
     }
     Ok(decided)
+}
+
+/// What the lease calls are called in errors and logs.
+const WHAT: &str = "request_lease";
+
+/// The way of a standby's request (a caller that did not hold the lease at its last answer):
+/// a turn of the standbys' lane, then its own call, or a place in another request's call
+/// ([`carpool`]).
+struct Standby<'a, 'p, D> {
+    link: &'a Link<D>,
+    statements: &'a LeaseStatements,
+    /// Its own call: `request_lease_v5` (or, in tests, with the clock argument).
+    sql: &'a Sql,
+    params: &'a [Param<'p>],
+}
+
+/// What a waiting standby's request got first.
+enum Waited<'a, R> {
+    Carried(Result<Outcome<R>, oneshot::error::RecvError>),
+    Turn(lane::Turn<'a>),
+}
+
+impl<D: Driver> Standby<'_, '_, D> {
+    /// Waits for a turn, or for another request's call to carry `carried` (when set); with a
+    /// turn, calls for itself and for the requests it carries.
+    async fn request(
+        &self,
+        carpool: &Carpool<D::Row>,
+        carried: Option<Carried>,
+        standing: Standing,
+        patience: Duration,
+    ) -> Result<D::Row, EventStorageError> {
+        let Some(carried) = carried else {
+            let _turn = self.link.yielding_turn(standing, patience).await;
+            return self.alone().await;
+        };
+        let (ticket, mut answer) = carpool.board(carried, patience);
+        let waited = tokio::select! {
+            biased;
+            outcome = &mut answer => Waited::Carried(outcome),
+            turn = self.link.yielding_turn(standing, patience) => Waited::Turn(turn),
+        };
+        let outcome = match waited {
+            Waited::Turn(turn) => match carpool.take(ticket, Instant::now()) {
+                Some(load) => {
+                    let answered = self.carry(load).await;
+                    drop(turn);
+                    return answered;
+                }
+                // Another request's call carries it: its answer comes from there.
+                None => {
+                    drop(turn);
+                    answer.await
+                }
+            },
+            Waited::Carried(outcome) => outcome,
+        };
+        match outcome {
+            Ok(Outcome::Answered(row)) => Ok(row),
+            Ok(Outcome::Alone) => {
+                let _turn = self.link.yielding_turn(standing, patience).await;
+                self.alone().await
+            }
+            Ok(Outcome::Failed(why)) => Err(EventStorageError::unavailable(format!(
+                "{WHAT}: {why}; the outcome is unknown"
+            ))),
+            Err(_) => Err(EventStorageError::unavailable(format!(
+                "{WHAT}: the call that carried this request was abandoned; the outcome is unknown"
+            ))),
+        }
+    }
+
+    /// Its own call, on a connection of its own (the turn held by the caller).
+    async fn alone(&self) -> Result<D::Row, EventStorageError> {
+        let mut connection = self.link.checkout(WHAT).await?;
+        let rows = connection
+            .query(self.sql, self.params)
+            .await
+            .map_err(|e| e.into_storage(WHAT))?;
+        one_row(WHAT, rows)
+    }
+
+    /// With a turn: one call for its own request and those of `load` (its own alone when it
+    /// carries none); each carried request is told its [`Outcome`].
+    async fn carry(&self, load: Load<D::Row>) -> Result<D::Row, EventStorageError> {
+        let mut connection = match self.link.checkout(WHAT).await {
+            Ok(connection) => connection,
+            Err(e) => {
+                // Nothing was sent: each goes on its own, to its own error or answer.
+                for (_, answer) in load.others {
+                    let _ = answer.send(Outcome::Alone);
+                }
+                return Err(e);
+            }
+        };
+        let own = if load.others.is_empty() {
+            None
+        } else {
+            let sent = carried_call(&mut connection, self.statements, &load).await;
+            match sent {
+                Ok(rows) if rows.len() == load.others.len() + 1 => {
+                    let mut rows = rows.into_iter();
+                    let own = rows.next();
+                    for ((_, answer), row) in load.others.into_iter().zip(rows) {
+                        let outcome = match decode::lease::decided(&row) {
+                            Ok(true) => Outcome::Answered(row),
+                            Ok(false) => Outcome::Alone,
+                            Err(e) => Outcome::Failed(e.to_string()),
+                        };
+                        let _ = answer.send(outcome);
+                    }
+                    own.filter(|row| decode::lease::decided(row).unwrap_or(false))
+                }
+                Ok(rows) => {
+                    let why = format!(
+                        "request_leases_v1 answered {} rows for {} requests",
+                        rows.len(),
+                        load.others.len() + 1
+                    );
+                    for (_, answer) in load.others {
+                        let _ = answer.send(Outcome::Failed(why.clone()));
+                    }
+                    return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
+                }
+                // Refused as a whole, in autocommit: nothing was written, and the connection
+                // is sound. Each goes on its own, to its own error or answer.
+                Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
+                    tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
+                    for (_, answer) in load.others {
+                        let _ = answer.send(Outcome::Alone);
+                    }
+                    None
+                }
+                Err(e) => {
+                    let e = e.into_storage(WHAT);
+                    let why = format!("the call that carried this request failed: {e}");
+                    for (_, answer) in load.others {
+                        let _ = answer.send(Outcome::Failed(why.clone()));
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        match own {
+            Some(row) => Ok(row),
+            // Its own request was left undecided (its lease's lock is held elsewhere), or it
+            // carries none: its own call, on the same connection.
+            None => {
+                let rows = connection
+                    .query(self.sql, self.params)
+                    .await
+                    .map_err(|e| e.into_storage(WHAT))?;
+                one_row(WHAT, rows)
+            }
+        }
+    }
+}
+
+/// One call of `request_leases_v1` for the requests of `load`, its own first.
+async fn carried_call<D: Driver, R>(
+    connection: &mut crate::connection::Checkout<'_, D>,
+    statements: &LeaseStatements,
+    load: &Load<R>,
+) -> Result<Vec<D::Row>, Failure> {
+    let requests = || std::iter::once(&load.own).chain(load.others.iter().map(|(r, _)| r));
+    let names: Vec<&str> = requests().map(|r| r.lease_name.as_str()).collect();
+    let owners: Vec<&str> = requests().map(|r| r.owner.as_str()).collect();
+    let column = |f: fn(&Carried) -> i64| requests().map(f).collect::<Vec<i64>>();
+    let priorities = column(|r| r.priority);
+    let ttls = column(|r| r.ttl_micros);
+    let tokens = column(|r| r.seen[0]);
+    let heartbeats = column(|r| r.seen[1]);
+    let unchanged = column(|r| r.seen[2]);
+    connection
+        .query(
+            &statements.request_carried,
+            &[
+                Param::TextRefs(&names),
+                Param::TextRefs(&owners),
+                Param::Int8s(&priorities),
+                Param::Int8s(&ttls),
+                Param::Int8s(&tokens),
+                Param::Int8s(&heartbeats),
+                Param::Int8s(&unchanged),
+            ],
+        )
+        .await
 }
 
 /// `release_lease`: one call of `<prefix>release_lease_v1`; says whether the record was
@@ -362,7 +580,7 @@ mod tests {
     use tenure_conninfo::ConnInfo;
     use tenure_ports::{LeaseRequest, Sightings};
 
-    use super::{Clock, LeaseStatements, Version, request};
+    use super::{Carpool, Clock, LeaseStatements, Version, request};
     use crate::connection::{Driver, Link};
     use crate::prefix::TablePrefix;
 
@@ -380,10 +598,12 @@ mod tests {
     fn size_of_request<D: Driver>(link: &Link<D>) -> usize {
         let statements = LeaseStatements::new(&TablePrefix::new("tenure_").unwrap());
         let sightings = Sightings::new();
+        let carpool = Carpool::default();
         let lease = LeaseRequest::new("lease", "owner", 0, Duration::from_secs(3));
         let future = request(
             link,
             &statements,
+            &carpool,
             &lease,
             Clock::Database,
             Version::Current(&sightings),

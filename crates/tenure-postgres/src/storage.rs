@@ -17,7 +17,7 @@ use tenure_ports::{
 use crate::changes::Notifications;
 use crate::connection::{Driver, Link};
 use crate::events::{self, EventStatements};
-use crate::lease::{self, Clock, LeaseStatements, Version};
+use crate::lease::{self, Carpool, Clock, LeaseStatements, Version};
 use crate::prefix::TablePrefix;
 
 /// The driver a storage talks to PostgreSQL through (see the crate's features).
@@ -52,7 +52,7 @@ impl fmt::Display for PostgresDriver {
 }
 
 /// Everything a storage needs on one driver: the driver with its timeout, and the statements.
-pub(crate) struct Adapter<D> {
+pub(crate) struct Adapter<D: Driver> {
     pub(crate) link: Link<D>,
     pub(crate) prefix: TablePrefix,
     pub(crate) leases: LeaseStatements,
@@ -60,6 +60,8 @@ pub(crate) struct Adapter<D> {
     pub(crate) visibility_wait: Duration,
     /// What this storage's owners saw of their leases' tenures (sent with each request).
     pub(crate) sightings: Sightings,
+    /// The standbys' requests waiting for a turn, to be carried together.
+    pub(crate) carpool: Carpool<D::Row>,
     /// Call `request_lease_v1` as a process of the previous release does (tests only).
     #[cfg(feature = "testing")]
     pub(crate) calls_v1: std::sync::atomic::AtomicBool,
@@ -74,6 +76,7 @@ impl<D: Driver> Adapter<D> {
             prefix,
             visibility_wait,
             sightings: Sightings::new(),
+            carpool: Carpool::default(),
             #[cfg(feature = "testing")]
             calls_v1: std::sync::atomic::AtomicBool::new(false),
         }
@@ -259,7 +262,7 @@ impl EventStorage for PostgresEventStorage {
         request: &LeaseRequest,
     ) -> Result<LeaseResponse, EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::Database, a.version())
+            lease::request(&a.link, &a.leases, &a.carpool, request, Clock::Database, a.version())
                 .await
                 .map(|(_, response)| response)
         })

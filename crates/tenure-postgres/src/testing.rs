@@ -56,7 +56,7 @@ impl PostgresEventStorage {
         version: Version<'_>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, request, Clock::At(now), version).await
+            lease::request(&a.link, &a.leases, &a.carpool, request, Clock::At(now), version).await
         })
     }
 

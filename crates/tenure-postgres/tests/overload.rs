@@ -473,3 +473,132 @@ async fn a_closed_storage_ends_its_sessions_instead_of_cutting_them(driver: Post
     assert_eq!(sessions.abandoned, 0, "sessions were cut, not ended: {sessions:?}");
 }
 }
+
+/// How many times `function` (prefix `t_`) was called on `database`, once none of its sessions
+/// is left (a backend's counts reach the statistics when it ends).
+async fn calls_of(database: &TempDatabase, function: &str) -> i64 {
+    sessions_ended(database).await;
+    tenure_pg_test::connect(&with_database(&server().url, database.name()))
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions \
+              WHERE funcname = $1",
+            &[&format!("t_{function}")],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A pool of two (one turn in the standbys' lane), the turn held by a newcomer's request of
+/// lease "x" that waits on its lock (held elsewhere), and the holder `h` of each lease of
+/// `leases`; then a standby's request of each of `leases` (owner `s`), all waiting in the lane,
+/// with the lock of lease `busy` (if any) held elsewhere before they came.
+async fn standbys_waiting(
+    database: &TempDatabase,
+    driver: PostgresDriver,
+    leases: &[&'static str],
+    busy: Option<&str>,
+) -> (
+    PostgresEventStorage,
+    tokio_postgres::Client,
+    Option<tokio_postgres::Client>,
+    tokio::task::JoinHandle<Result<tenure_ports::LeaseResponse, tenure_ports::EventStorageError>>,
+    Vec<
+        tokio::task::JoinHandle<
+            Result<tenure_ports::LeaseResponse, tenure_ports::EventStorageError>,
+        >,
+    >,
+) {
+    let name = tenure_pg_test::unique_name("tenure_carried");
+    let storage = storage(database, driver, &name, 2, Duration::from_secs(20)).await;
+    let ttl = Duration::from_secs(30);
+    for lease in leases {
+        let held = LeaseRequest::new(*lease, "h", 0, ttl);
+        assert_eq!(
+            storage.request_lease(&held).await.unwrap().status,
+            LeaseStatus::Leader
+        );
+    }
+    let busy = match busy {
+        Some(lease) => Some(holding_lock(database, lease).await),
+        None => None,
+    };
+    let x = holding_lock(database, "x").await;
+    let request = |lease: &'static str, owner: &str| {
+        let storage = storage.clone();
+        let request = LeaseRequest::new(lease, owner, 0, ttl);
+        tokio::spawn(async move { storage.request_lease(&request).await })
+    };
+    let first = request("x", "n");
+    blocked_on_lock_in(database.name(), "t_", "request_lease").await;
+    let standbys: Vec<_> = leases.iter().map(|lease| request(lease, "s")).collect();
+    in_lane(&storage, leases.len()).await;
+    (storage, x, busy, first, standbys)
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDriver) {
+    // When the turn comes free, the request it goes to carries the nine others that wait:
+    // one call of request_leases_v1, counted by the server, and every request answered as on
+    // its own.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    admin()
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET track_functions = 'pl'",
+            database.name()
+        ))
+        .await
+        .unwrap();
+    let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
+    let (storage, x, _, first, standbys) =
+        standbys_waiting(&database, driver, &leases, None).await;
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    for (standby, lease) in standbys.into_iter().zip(leases) {
+        let answer = standby.await.unwrap().unwrap();
+        assert_eq!(answer.status, LeaseStatus::Standby, "{lease}");
+        assert_eq!(answer.lease.lease_name.as_str(), lease);
+        assert_eq!(answer.lease.owner.as_str(), "h", "{lease}");
+    }
+    storage.close().await.unwrap();
+    drop(x);
+    assert_eq!(calls_of(&database, "request_leases_v1").await, 1);
+    // Ten holders' first calls, x's, and the ten carried ones: each decided by v5 once.
+    assert_eq!(calls_of(&database, "request_lease_v5").await, 21);
+}
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_request_whose_lease_is_busy_goes_on_its_own(driver: PostgresDriver) {
+    // Lease l2's lock is held elsewhere: the call that carries the waiting requests answers
+    // the others at once, and l2's request waits for the lock on its own.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let leases = ["l0", "l1", "l2", "l3", "l4"];
+    let (storage, x, busy, first, mut standbys) =
+        standbys_waiting(&database, driver, &leases, Some("l2")).await;
+    let busy = busy.unwrap();
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    let waiting = standbys.remove(2);
+    for standby in standbys {
+        let answer = tokio::time::timeout(Duration::from_secs(5), standby)
+            .await
+            .expect("a request waited for another lease's lock")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.status, LeaseStatus::Standby);
+    }
+    blocked_on_lock_in(database.name(), "t_", "request_lease_v5").await;
+    assert!(!waiting.is_finished());
+    busy.batch_execute("ROLLBACK").await.unwrap();
+    let answer = waiting.await.unwrap().unwrap();
+    assert_eq!(answer.status, LeaseStatus::Standby);
+    assert_eq!(answer.lease.lease_name.as_str(), "l2");
+    storage.close().await.unwrap();
+}
+}

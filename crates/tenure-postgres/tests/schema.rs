@@ -40,12 +40,13 @@ async fn ensure_twice_is_harmless_and_keeps_the_data(driver: PostgresDriver) {
     let granted = first.request_lease(&request("l", "a")).await.unwrap();
     let objects = count_objects(guard.prefix()).await;
     // Leases: two tables, their primary key indexes, the row type of request_lease_v1's
-    // answer (v2's to v5's too), six functions (request v1 to v5, release v1). Events:
+    // answer (v2's to v5's too), seven functions (request v1 to v5, the carried requests'
+    // request_leases_v1, release v1). Events:
     // three tables, their primary key indexes, the position sequence, three more indexes, one
     // function. The transaction fence: a table, its primary key index, a function. The
     // wake-ups: two trigger functions, and the priority bound's (the triggers are not
     // relations). And no more after a second run.
-    assert_eq!(objects, 11 + 11 + 3 + 3);
+    assert_eq!(objects, 12 + 11 + 3 + 3);
     let second = builder(driver, &guard).build().await.unwrap();
     assert_eq!(count_objects(guard.prefix()).await, objects);
     let standby = second.request_lease(&request("l", "b")).await.unwrap();

@@ -181,6 +181,7 @@ impl ToSql for Param<'_> {
             Param::Bool(v) => v.to_sql_checked(ty, out),
             Param::Texts(v) => v.to_sql_checked(ty, out),
             Param::TextRefs(v) => v.to_sql_checked(ty, out),
+            Param::Int8s(v) => v.to_sql_checked(ty, out),
             Param::Jsonbs(v) => v.to_sql_checked(ty, out),
         }
     }

@@ -66,6 +66,8 @@ pub(crate) enum Param<'a> {
     Texts(&'a [String]),
     /// `text[]`, borrowed.
     TextRefs(&'a [&'a str]),
+    /// `bigint[]`.
+    Int8s(&'a [i64]),
     /// `jsonb[]`.
     Jsonbs(&'a [&'a serde_json::Value]),
 }
@@ -152,7 +154,7 @@ pub(crate) struct Link<D> {
     owns_pool: bool,
     closed: AtomicBool,
     /// Turns to check a connection out for calls that yield to renewals
-    /// ([`query_one_yielding`](Self::query_one_yielding)): one fewer than the pool's
+    /// ([`yielding_turn`](Self::yielding_turn)): one fewer than the pool's
     /// connections (at least one), so that while the pool is saturated a renewal waits for at
     /// most one call ahead of it, never for a queue of standbys. Established contenders go
     /// before newcomers, and a waiter out of patience behind the others ([`lane`]).
@@ -274,35 +276,26 @@ impl<D: Driver> Link<D> {
         self.yielding.waiting()
     }
 
-    /// [`query_one`](Self::query_one) for a call that yields to renewals (a standby's
-    /// request): it waits for a turn of the yielding lane before it checks a connection out,
-    /// within the same call timeout, as a waiter of `standing` that keeps its place in the
-    /// lane's order of arrival for `patience` ([`lane`]: established contenders before
-    /// newcomers, and past capacity the turns go to calls that still have time).
-    pub(crate) async fn query_one_yielding(
+    /// A turn of the yielding lane, for a call that yields to renewals (a standby's request):
+    /// to be held while it checks a connection out and runs its statement, as a waiter of
+    /// `standing` that keeps its place in the lane's order of arrival for `patience` ([`lane`]:
+    /// established contenders before newcomers, and past capacity the turns go to calls that
+    /// still have time).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lane::Lane::turn`]: cancel safe.
+    pub(crate) async fn yielding_turn(
         &self,
-        what: &'static str,
-        sql: &Sql,
-        params: &[Param<'_>],
         standing: lane::Standing,
         patience: Duration,
-    ) -> Result<D::Row, EventStorageError> {
-        let rows = self
-            .timed(what, || async {
-                let _turn = self.yielding.turn(standing, patience).await;
-                let mut connection = self.checkout(what).await?;
-                connection
-                    .query(sql, params)
-                    .await
-                    .map_err(|e| e.into_storage(what))
-            })
-            .await?;
-        one_row(what, rows)
+    ) -> lane::Turn<'_> {
+        self.yielding.turn(standing, patience).await
     }
 }
 
 /// The one row of an answer that must have exactly one.
-fn one_row<R>(what: &'static str, mut rows: Vec<R>) -> Result<R, EventStorageError> {
+pub(crate) fn one_row<R>(what: &'static str, mut rows: Vec<R>) -> Result<R, EventStorageError> {
     match rows.len() {
         1 => Ok(rows.remove(0)),
         n => Err(EventStorageError::internal(format!(

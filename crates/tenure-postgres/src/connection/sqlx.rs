@@ -243,6 +243,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Failure> {
             Param::Bool(v) => arguments.add(v),
             Param::Texts(v) => arguments.add(v),
             Param::TextRefs(v) => arguments.add(v),
+            Param::Int8s(v) => arguments.add(v),
             Param::Jsonbs(v) => arguments.add(v.iter().map(Json).collect::<Vec<_>>()),
         }
         .map_err(Failure::Driver)?;

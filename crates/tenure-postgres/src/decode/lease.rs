@@ -53,6 +53,14 @@ fn lease_at<'a>(
     })
 }
 
+/// Whether a row of `request_leases_v1`'s call was decided: its answer, or NULL for a
+/// request left undecided (see `migrations/0012_lease_requests_carried.sql`).
+pub(crate) fn decided(row: &impl Row) -> Result<bool, EventStorageError> {
+    row.value(0)
+        .map(|value| value.raw.is_some())
+        .map_err(|e| EventStorageError::corrupt_with("request_leases_v1's answer", e))
+}
+
 /// The answer of `request_lease_v1`: one `<prefix>lease_outcome_v1` (o_status, o_transition,
 /// then the lease record's columns as [`lease_at`] reads them).
 pub(crate) fn response(

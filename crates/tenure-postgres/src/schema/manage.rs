@@ -128,6 +128,10 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "text, text, bigint, bigint, bigint, bigint, bigint, timestamp with time zone",
     ),
     (
+        "request_leases_v1",
+        "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], timestamp with time zone",
+    ),
+    (
         "append_events_v1",
         "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",
     ),

@@ -63,6 +63,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0011_lease_functions_v5.sql",
         include_str!("../../migrations/0011_lease_functions_v5.sql"),
     ),
+    (
+        "0012_lease_requests_carried.sql",
+        include_str!("../../migrations/0012_lease_requests_carried.sql"),
+    ),
 ];
 
 /// What the storage does to the database schema when it is built.

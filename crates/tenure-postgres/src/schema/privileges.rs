@@ -74,6 +74,13 @@ pub(crate) const NEEDED: &[(&str, Kind, &[&str])] = &[
         &["EXECUTE"],
     ),
     (
+        "request_leases_v1",
+        Kind::Function(
+            "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], timestamp with time zone",
+        ),
+        &["EXECUTE"],
+    ),
+    (
         "append_events_v1",
         Kind::Function(
             "text[], text[], jsonb[], text[], text, boolean, text[], text[], text[], bigint",

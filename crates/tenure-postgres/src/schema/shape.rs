@@ -242,7 +242,8 @@ mod tests {
                 "tenure_request_lease_v3",
                 "tenure_priority_bound_v1",
                 "tenure_request_lease_v4",
-                "tenure_request_lease_v5"
+                "tenure_request_lease_v5",
+                "tenure_request_leases_v1"
             ]
         );
         for (name, body) in &bodies {

@@ -1,0 +1,273 @@
+//! `request_leases_v1`, which carries standbys' requests in one call, decides each of them as
+//! `request_lease_v5` called for each in turn does.
+//!
+//! Random steps on two prefixes of the test server: on one, each step's requests (one to six,
+//! on three leases and four owners, with sightings taken from the stored record or none, at a
+//! clock the test moves) go in one call of `request_leases_v1`; on the other, one call of
+//! `request_lease_v5` each, in the same order, at the same clock. Every answer, and after every
+//! step every lease record and every stored registration, must be the same. Releases are
+//! mixed in, on both. `v5` itself is held to the domain's state machine by `tests/model.rs`.
+//!
+//! The check must be able to fail: its negative control installs a `request_leases_v1` that
+//! decides the requests in the opposite order (answering each in its place) and requires the
+//! check to notice.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use support::server;
+use tenure_pg_test::PrefixGuard;
+
+/// A small deterministic generator (xorshift), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
+        of[self.below(of.len() as u64) as usize]
+    }
+}
+
+/// One request, as `request_leases_v1`'s arrays take it.
+struct Request {
+    lease: String,
+    owner: String,
+    priority: i64,
+    ttl_micros: i64,
+    seen: [i64; 3],
+}
+
+async fn prefix_with_schema(client: &tokio_postgres::Client) -> PrefixGuard {
+    let guard = PrefixGuard::new(server().url.clone(), tenure_pg_test::unique_prefix());
+    let ddl = tenure_postgres::ddl(guard.prefix()).unwrap();
+    client
+        .batch_execute(&tenure_pg_test::serialized(&ddl))
+        .await
+        .unwrap();
+    guard
+}
+
+/// The lease records and the stored registrations of `prefix`, as text.
+async fn state(client: &tokio_postgres::Client, prefix: &str) -> Vec<String> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT 'lease ' || (l.*)::text FROM {prefix}leases l \
+                 UNION ALL \
+                 SELECT 'registration ' || (c.*)::text FROM {prefix}lease_contenders c \
+                 ORDER BY 1"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// The sighting of `lease`'s stored tenure, seen unchanged for a whole ttl, or none.
+async fn sighting(client: &tokio_postgres::Client, prefix: &str, lease: &str) -> [i64; 3] {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT fencing_token, (extract(epoch FROM heartbeat_at) * 1000000)::bigint, \
+                        ttl_micros FROM {prefix}leases WHERE lease_name = $1"
+            ),
+            &[&lease],
+        )
+        .await
+        .unwrap();
+    row.map_or([0; 3], |r| [r.get(0), r.get(1), r.get(2)])
+}
+
+/// Plays `steps` random steps from `seed` on prefixes `carried` (one call of
+/// `request_leases_v1` per step) and `alone` (one call of `request_lease_v5` per request);
+/// the first difference, if any.
+async fn play(
+    client: &tokio_postgres::Client,
+    carried: &str,
+    alone: &str,
+    seed: u64,
+    steps: usize,
+) -> Result<BTreeSet<String>, String> {
+    let mut rng = Rng(seed);
+    let mut transitions = BTreeSet::new();
+    // A fixed start, so that the clock the test moves never meets the server's.
+    let mut now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let (leases, owners) = (["a", "b", "c"], ["o1", "o2", "o3", "o4"]);
+    for step in 0..steps {
+        now += Duration::from_micros(rng.below(2_500_000));
+        if rng.below(8) == 0 {
+            let (lease, owner) = (rng.pick(&leases), rng.pick(&owners));
+            for prefix in [carried, alone] {
+                client
+                    .execute(
+                        &format!("SELECT {prefix}release_lease_v1($1, $2, $3)"),
+                        &[&lease, &owner, &now],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let mut requests = Vec::new();
+        for _ in 0..=rng.below(6) {
+            let lease = rng.pick(&leases).to_owned();
+            let seen = if rng.below(2) == 0 {
+                sighting(client, alone, &lease).await
+            } else {
+                [0; 3]
+            };
+            requests.push(Request {
+                lease,
+                owner: rng.pick(&owners).to_owned(),
+                priority: rng.below(3) as i64,
+                ttl_micros: [1_000_000, 3_000_000][rng.below(2) as usize],
+                seen,
+            });
+        }
+        let names: Vec<&str> = requests.iter().map(|r| r.lease.as_str()).collect();
+        let owners_of: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
+        let column = |f: fn(&Request) -> i64| requests.iter().map(f).collect::<Vec<i64>>();
+        let answers: Vec<Option<String>> = client
+            .query(
+                &format!(
+                    "SELECT CASE WHEN o_decided THEN o_outcome::text END \
+                       FROM {carried}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
+                &[
+                    &names,
+                    &owners_of,
+                    &column(|r| r.priority),
+                    &column(|r| r.ttl_micros),
+                    &column(|r| r.seen[0]),
+                    &column(|r| r.seen[1]),
+                    &column(|r| r.seen[2]),
+                    &now,
+                ],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut expected = Vec::new();
+        for r in &requests {
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT {alone}request_lease_v5($1, $2, $3, $4, $5, $6, $7, $8)::text"
+                    ),
+                    &[
+                        &r.lease,
+                        &r.owner,
+                        &r.priority,
+                        &r.ttl_micros,
+                        &r.seen[0],
+                        &r.seen[1],
+                        &r.seen[2],
+                        &now,
+                    ],
+                )
+                .await
+                .unwrap();
+            expected.push(Some(row.get::<_, String>(0)));
+        }
+        for answer in expected.iter().flatten() {
+            if let Some(transition) = answer.split(',').nth(1) {
+                transitions.insert(transition.to_owned());
+            }
+        }
+        if answers != expected {
+            return Err(format!(
+                "step {step}: carried answers {answers:?}, in turn {expected:?}"
+            ));
+        }
+        let (ours, theirs) = (state(client, carried).await, state(client, alone).await);
+        if ours != theirs {
+            return Err(format!(
+                "step {step}: carried leaves {ours:?}, in turn {theirs:?}"
+            ));
+        }
+    }
+    Ok(transitions)
+}
+
+#[tokio::test]
+async fn carried_requests_are_decided_as_calls_in_turn() {
+    let client = tenure_pg_test::connect(&server().url).await.unwrap();
+    let carried = prefix_with_schema(&client).await;
+    let alone = prefix_with_schema(&client).await;
+    let mut seen = BTreeSet::new();
+    for seed in [0x9e37_79b9_7f4a_7c15, 0x2545_f491_4f6c_dd1d] {
+        seen.extend(
+            play(&client, carried.prefix(), alone.prefix(), seed, 150)
+                .await
+                .unwrap(),
+        );
+    }
+    // The steps reach every kind of decision.
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["created", "reacquired", "renewed", "standby", "taken_over"]
+    );
+}
+
+#[tokio::test]
+async fn the_check_catches_carried_requests_decided_out_of_turn() {
+    let client = tenure_pg_test::connect(&server().url).await.unwrap();
+    let carried = prefix_with_schema(&client).await;
+    let alone = prefix_with_schema(&client).await;
+    // Decided last to first, each answer still in its request's place.
+    let definition: String = client
+        .query_one(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = $1",
+            &[&format!("{}request_leases_v1", carried.prefix())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let shipped = "FOR i IN 1 .. v_count LOOP";
+    assert_eq!(definition.matches(shipped).count(), 1, "the loop moved");
+    let broken = definition
+        .replace(shipped, "FOR i IN REVERSE v_count .. 1 LOOP")
+        .replace(
+            "RETURNS TABLE(o_decided boolean,",
+            "RETURNS TABLE(o_item integer, o_decided boolean,",
+        )
+        .replace("RETURN NEXT;", "o_item := i; RETURN NEXT;");
+    client
+        .batch_execute(&format!(
+            "DROP FUNCTION {p}request_leases_v1; {broken}; \
+             ALTER FUNCTION {p}request_leases_v1 RENAME TO {p}request_leases_v1_reversed; \
+             CREATE FUNCTION {p}request_leases_v1(text[], text[], bigint[], bigint[], bigint[], \
+                bigint[], bigint[], timestamptz) \
+             RETURNS TABLE (o_decided boolean, o_outcome {p}lease_outcome_v1) LANGUAGE sql AS \
+             $$ SELECT o_decided, o_outcome \
+                  FROM {p}request_leases_v1_reversed($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ORDER BY o_item $$",
+            p = carried.prefix()
+        ))
+        .await
+        .unwrap();
+    let caught = play(
+        &client,
+        carried.prefix(),
+        alone.prefix(),
+        0x9e37_79b9_7f4a_7c15,
+        150,
+    )
+    .await;
+    assert!(
+        caught.is_err(),
+        "the check missed requests decided out of turn"
+    );
+}
