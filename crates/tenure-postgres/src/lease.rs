@@ -28,10 +28,10 @@ use tenure_ports::{
 };
 use tokio::sync::oneshot;
 
-pub(crate) use self::carpool::Carpool;
-use self::carpool::{Carried, Load, Outcome};
+pub(crate) use self::carpool::Carpools;
+use self::carpool::{Carpool, Carried, Load, Outcome, Ticket};
 use crate::connection::lane::{self, Standing};
-use crate::connection::{Driver, Link, Param, Sql, one_row};
+use crate::connection::{Checkout, Driver, Link, Param, Sql, one_row};
 use crate::decode;
 use crate::error::Failure;
 use crate::prefix::TablePrefix;
@@ -44,9 +44,9 @@ pub(crate) struct LeaseStatements {
     /// `request_lease_v5`, with the sighting: the call of every other caller (a standby whose
     /// registration is fresh, answered first).
     request_unheld: Sql,
-    /// `request_leases_v1`: the standbys' requests that waited for a turn, carried in one
-    /// call ([`carpool`]); one row per request, its answer, or NULL where it was left
-    /// undecided.
+    /// `request_leases_v1`: the requests that waited for a connection (renewals with
+    /// renewals, standbys' with standbys'), carried in one call ([`carpool`]); one row per
+    /// request, its answer, or NULL where it was left undecided.
     request_carried: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
@@ -79,7 +79,7 @@ impl LeaseStatements {
                 .into(),
             request_carried: format!(
                 "SELECT CASE WHEN o_decided THEN o_outcome END \
-                   FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7)"
+                   FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8)"
             )
             .into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
@@ -220,7 +220,7 @@ fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
 pub(crate) async fn request<D: Driver>(
     link: &Link<D>,
     statements: &LeaseStatements,
-    carpool: &Carpool<D::Row>,
+    carpools: &Carpools<D::Row>,
     request: &LeaseRequest,
     clock: Clock,
     version: Version<'_>,
@@ -285,35 +285,44 @@ pub(crate) async fn request<D: Driver>(
     };
     let count = 4 + if sighted { 3 } else { 0 } + usize::from(at.is_some());
     let params = &params[..count];
-    // A caller that held the lease at its last answer is renewing: it goes ahead of standbys
-    // when connections are scarce (see `Link::yielding_turn`).
-    let row = if held {
-        link.query_one(WHAT, sql, params).await?
+    // A caller that held the lease at its last answer is renewing: it checks a connection out
+    // directly, ahead of standbys, which take a turn of the lane first when connections are
+    // scarce (see `Link::yielding_turn`). Each waits with the others of its kind, to be carried
+    // by the first that gets a connection ([`carpool`]).
+    let (carpool, access) = if held {
+        (&carpools.renewals, Access::Direct)
     } else {
         // A contender with a sighting has had an answer about the lease: established.
         let standing = match sighting {
             Some(_) => Standing::Established,
             None => Standing::Newcomer,
         };
-        // Carried with others only on the database's clock: the carrying call has no clock
-        // argument.
-        let carried = at.is_none().then(|| Carried {
-            lease_name: name.to_owned(),
-            owner: owner.to_owned(),
-            priority: request.priority,
-            ttl_micros,
-            seen: [seen_token, seen_heartbeat, seen_for],
-        });
-        let patience = lane::patience(ttl);
-        let way = Standby {
-            link,
-            statements,
-            sql,
-            params,
-        };
-        link.timed(WHAT, || way.request(carpool, carried, standing, patience))
-            .await?
+        (
+            &carpools.standbys,
+            Access::Lane(standing, lane::patience(ttl)),
+        )
     };
+    // Carried with others only as this release calls, on the database's clock: the carrying
+    // call has no clock argument, and calls v4 or v5.
+    let carried = (kept.is_some() && at.is_none()).then(|| Carried {
+        lease_name: name.to_owned(),
+        owner: owner.to_owned(),
+        priority: request.priority,
+        ttl_micros,
+        seen: [seen_token, seen_heartbeat, seen_for],
+        held,
+    });
+    let way = Way {
+        link,
+        statements,
+        sql,
+        params,
+        access,
+    };
+    let patience = lane::patience(ttl);
+    let row = link
+        .timed(WHAT, || way.request(carpool, carried, patience))
+        .await?;
     let decided = decode::lease::response(lease_name, &row)?;
     if let Some(kept) = kept {
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
@@ -324,64 +333,89 @@ pub(crate) async fn request<D: Driver>(
 /// What the lease calls are called in errors and logs.
 const WHAT: &str = "request_lease";
 
-/// The way of a standby's request (a caller that did not hold the lease at its last answer):
-/// a turn of the standbys' lane, then its own call, or a place in another request's call
-/// ([`carpool`]).
-struct Standby<'a, 'p, D> {
+/// How a request gets to a connection.
+#[derive(Clone, Copy, Debug)]
+enum Access {
+    /// A renewal: checks a connection out at once.
+    Direct,
+    /// A standby's request: a turn of the standbys' lane first, as a waiter of this standing
+    /// with this patience ([`lane`]).
+    Lane(Standing, Duration),
+}
+
+/// A connection for a request's call, with the lane's turn it took (if any); the connection
+/// goes back before the turn.
+struct Seat<'a, D: Driver> {
+    connection: Checkout<'a, D>,
+    _turn: Option<lane::Turn<'a>>,
+}
+
+/// The way of one request: its own call, or a place in another request's call ([`carpool`]).
+struct Way<'a, 'p, D> {
     link: &'a Link<D>,
     statements: &'a LeaseStatements,
-    /// Its own call: `request_lease_v5` (or, in tests, with the clock argument).
+    /// Its own call: `request_lease_v4` or `_v5` (or, in tests, another).
     sql: &'a Sql,
     params: &'a [Param<'p>],
+    access: Access,
 }
 
-/// What a waiting standby's request got first.
-enum Waited<'a, R> {
-    Carried(Result<Outcome<R>, oneshot::error::RecvError>),
-    Turn(lane::Turn<'a>),
+/// What a waiting request got first.
+enum Waited<'a, D: Driver> {
+    Carried(Result<Outcome<D::Row>, oneshot::error::RecvError>),
+    Taken,
+    Seated(Result<Seat<'a, D>, EventStorageError>),
 }
 
-impl<D: Driver> Standby<'_, '_, D> {
-    /// Waits for a turn, or for another request's call to carry `carried` (when set); with a
-    /// turn, calls for itself and for the requests it carries.
+impl<'a, D: Driver> Way<'a, '_, D> {
+    /// Waits for a connection, or for another request's call to carry `carried` (when set);
+    /// with a connection, calls for itself and for the requests it carries.
     async fn request(
         &self,
         carpool: &Carpool<D::Row>,
         carried: Option<Carried>,
-        standing: Standing,
         patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let Some(carried) = carried else {
-            let _turn = self.link.yielding_turn(standing, patience).await;
             return self.alone().await;
         };
-        let (ticket, mut answer) = carpool.board(carried, patience);
+        let Ticket {
+            id,
+            mut answer,
+            mut taken,
+        } = carpool.board(carried, patience);
         let waited = tokio::select! {
             biased;
             outcome = &mut answer => Waited::Carried(outcome),
-            turn = self.link.yielding_turn(standing, patience) => Waited::Turn(turn),
+            // Taken by another request's call: no connection or turn is needed any more.
+            _ = &mut taken => Waited::Taken,
+            seat = self.seat() => Waited::Seated(seat),
         };
         let outcome = match waited {
-            Waited::Turn(turn) => match carpool.take(ticket, Instant::now()) {
-                Some(load) => {
-                    let answered = self.carry(load).await;
-                    drop(turn);
-                    return answered;
-                }
+            Waited::Carried(outcome) => outcome,
+            Waited::Taken => answer.await,
+            Waited::Seated(Ok(seat)) => match carpool.take(id, Instant::now()) {
+                // Boxed: inline, the carrying call's future made every request's larger
+                // (see `MOST` below), and only a request that gets a connection while others
+                // wait carries.
+                Some(load) => return Box::pin(self.carry(seat, load)).await,
                 // Another request's call carries it: its answer comes from there.
                 None => {
-                    drop(turn);
+                    drop(seat);
                     answer.await
                 }
             },
-            Waited::Carried(outcome) => outcome,
+            Waited::Seated(Err(e)) => {
+                if carpool.withdraw(id) {
+                    return Err(e);
+                }
+                // Taken by another request's call meanwhile: that call decides it.
+                answer.await
+            }
         };
         match outcome {
             Ok(Outcome::Answered(row)) => Ok(row),
-            Ok(Outcome::Alone) => {
-                let _turn = self.link.yielding_turn(standing, patience).await;
-                self.alone().await
-            }
+            Ok(Outcome::Alone) => self.alone().await,
             Ok(Outcome::Failed(why)) => Err(EventStorageError::unavailable(format!(
                 "{WHAT}: {why}; the outcome is unknown"
             ))),
@@ -391,95 +425,101 @@ impl<D: Driver> Standby<'_, '_, D> {
         }
     }
 
-    /// Its own call, on a connection of its own (the turn held by the caller).
+    /// A connection, after a turn of the lane for a standby's request.
+    async fn seat(&self) -> Result<Seat<'a, D>, EventStorageError> {
+        let turn = match self.access {
+            Access::Direct => None,
+            Access::Lane(standing, patience) => {
+                Some(self.link.yielding_turn(standing, patience).await)
+            }
+        };
+        Ok(Seat {
+            connection: self.link.checkout(WHAT).await?,
+            _turn: turn,
+        })
+    }
+
+    /// Its own call, on a connection of its own.
     async fn alone(&self) -> Result<D::Row, EventStorageError> {
-        let mut connection = self.link.checkout(WHAT).await?;
-        let rows = connection
+        let mut seat = self.seat().await?;
+        self.own_call(&mut seat).await
+    }
+
+    async fn own_call(&self, seat: &mut Seat<'a, D>) -> Result<D::Row, EventStorageError> {
+        let rows = seat
+            .connection
             .query(self.sql, self.params)
             .await
             .map_err(|e| e.into_storage(WHAT))?;
         one_row(WHAT, rows)
     }
 
-    /// With a turn: one call for its own request and those of `load` (its own alone when it
+    /// On `seat`: one call for its own request and those of `load` (its own call when it
     /// carries none); each carried request is told its [`Outcome`].
-    async fn carry(&self, load: Load<D::Row>) -> Result<D::Row, EventStorageError> {
-        let mut connection = match self.link.checkout(WHAT).await {
-            Ok(connection) => connection,
-            Err(e) => {
-                // Nothing was sent: each goes on its own, to its own error or answer.
+    async fn carry(
+        &self,
+        mut seat: Seat<'a, D>,
+        load: Load<D::Row>,
+    ) -> Result<D::Row, EventStorageError> {
+        if load.others.is_empty() {
+            return self.own_call(&mut seat).await;
+        }
+        let sent = carried_call(&mut seat.connection, self.statements, &load).await;
+        let own = match sent {
+            Ok(rows) if rows.len() == load.others.len() + 1 => {
+                let mut rows = rows.into_iter();
+                let own = rows.next();
+                for ((_, answer), row) in load.others.into_iter().zip(rows) {
+                    let outcome = match decode::lease::decided(&row) {
+                        Ok(true) => Outcome::Answered(row),
+                        Ok(false) => Outcome::Alone,
+                        Err(e) => Outcome::Failed(e.to_string()),
+                    };
+                    let _ = answer.send(outcome);
+                }
+                own.filter(|row| decode::lease::decided(row).unwrap_or(false))
+            }
+            Ok(rows) => {
+                let why = format!(
+                    "request_leases_v1 answered {} rows for {} requests",
+                    rows.len(),
+                    load.others.len() + 1
+                );
+                for (_, answer) in load.others {
+                    let _ = answer.send(Outcome::Failed(why.clone()));
+                }
+                return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
+            }
+            // Refused as a whole, in autocommit: nothing was written, and the connection is
+            // sound. Each goes on its own, to its own error or answer.
+            Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
+                tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
                 for (_, answer) in load.others {
                     let _ = answer.send(Outcome::Alone);
+                }
+                None
+            }
+            Err(e) => {
+                let e = e.into_storage(WHAT);
+                let why = format!("the call that carried this request failed: {e}");
+                for (_, answer) in load.others {
+                    let _ = answer.send(Outcome::Failed(why.clone()));
                 }
                 return Err(e);
             }
         };
-        let own = if load.others.is_empty() {
-            None
-        } else {
-            let sent = carried_call(&mut connection, self.statements, &load).await;
-            match sent {
-                Ok(rows) if rows.len() == load.others.len() + 1 => {
-                    let mut rows = rows.into_iter();
-                    let own = rows.next();
-                    for ((_, answer), row) in load.others.into_iter().zip(rows) {
-                        let outcome = match decode::lease::decided(&row) {
-                            Ok(true) => Outcome::Answered(row),
-                            Ok(false) => Outcome::Alone,
-                            Err(e) => Outcome::Failed(e.to_string()),
-                        };
-                        let _ = answer.send(outcome);
-                    }
-                    own.filter(|row| decode::lease::decided(row).unwrap_or(false))
-                }
-                Ok(rows) => {
-                    let why = format!(
-                        "request_leases_v1 answered {} rows for {} requests",
-                        rows.len(),
-                        load.others.len() + 1
-                    );
-                    for (_, answer) in load.others {
-                        let _ = answer.send(Outcome::Failed(why.clone()));
-                    }
-                    return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
-                }
-                // Refused as a whole, in autocommit: nothing was written, and the connection
-                // is sound. Each goes on its own, to its own error or answer.
-                Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
-                    tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
-                    for (_, answer) in load.others {
-                        let _ = answer.send(Outcome::Alone);
-                    }
-                    None
-                }
-                Err(e) => {
-                    let e = e.into_storage(WHAT);
-                    let why = format!("the call that carried this request failed: {e}");
-                    for (_, answer) in load.others {
-                        let _ = answer.send(Outcome::Failed(why.clone()));
-                    }
-                    return Err(e);
-                }
-            }
-        };
         match own {
             Some(row) => Ok(row),
-            // Its own request was left undecided (its lease's lock is held elsewhere), or it
-            // carries none: its own call, on the same connection.
-            None => {
-                let rows = connection
-                    .query(self.sql, self.params)
-                    .await
-                    .map_err(|e| e.into_storage(WHAT))?;
-                one_row(WHAT, rows)
-            }
+            // Its own request was left undecided (its lease's lock is held elsewhere): its own
+            // call, on the same connection.
+            None => self.own_call(&mut seat).await,
         }
     }
 }
 
 /// One call of `request_leases_v1` for the requests of `load`, its own first.
 async fn carried_call<D: Driver, R>(
-    connection: &mut crate::connection::Checkout<'_, D>,
+    connection: &mut Checkout<'_, D>,
     statements: &LeaseStatements,
     load: &Load<R>,
 ) -> Result<Vec<D::Row>, Failure> {
@@ -492,6 +532,7 @@ async fn carried_call<D: Driver, R>(
     let tokens = column(|r| r.seen[0]);
     let heartbeats = column(|r| r.seen[1]);
     let unchanged = column(|r| r.seen[2]);
+    let held: Vec<bool> = requests().map(|r| r.held).collect();
     connection
         .query(
             &statements.request_carried,
@@ -503,6 +544,7 @@ async fn carried_call<D: Driver, R>(
                 Param::Int8s(&tokens),
                 Param::Int8s(&heartbeats),
                 Param::Int8s(&unchanged),
+                Param::Bools(&held),
             ],
         )
         .await
@@ -580,7 +622,7 @@ mod tests {
     use tenure_conninfo::ConnInfo;
     use tenure_ports::{LeaseRequest, Sightings};
 
-    use super::{Carpool, Clock, LeaseStatements, Version, request};
+    use super::{Carpools, Clock, LeaseStatements, Version, request};
     use crate::connection::{Driver, Link};
     use crate::prefix::TablePrefix;
 
@@ -591,19 +633,20 @@ mod tests {
     /// whole connect (about 29 KB): held inline, it made the sqlx driver's request 59 KB, and
     /// deadpool's was 4.5 KB with the call's work held twice by `Link::timed`. Both fixed, the
     /// benchmark process's CPU per renewal (`client µs/call` in the `lease_latency`
-    /// benchmark) fell by about 10 µs on sqlx and 5 µs on deadpool. Measured since: 1.3 KB
-    /// on sqlx, 2.6 KB on deadpool.
+    /// benchmark) fell by about 10 µs on sqlx and 5 µs on deadpool. Then 1.3 KB
+    /// on sqlx, 2.6 KB on deadpool; with requests carried together, 4.4 KB on deadpool with the
+    /// carrying call inline, and 1.8 KB on sqlx, 3.4 KB on deadpool with it boxed.
     const MOST: usize = 4096;
 
     fn size_of_request<D: Driver>(link: &Link<D>) -> usize {
         let statements = LeaseStatements::new(&TablePrefix::new("tenure_").unwrap());
         let sightings = Sightings::new();
-        let carpool = Carpool::default();
+        let carpools = Carpools::default();
         let lease = LeaseRequest::new("lease", "owner", 0, Duration::from_secs(3));
         let future = request(
             link,
             &statements,
-            &carpool,
+            &carpools,
             &lease,
             Clock::Database,
             Version::Current(&sightings),

@@ -17,7 +17,7 @@ use tenure_ports::{
 use crate::changes::Notifications;
 use crate::connection::{Driver, Link};
 use crate::events::{self, EventStatements};
-use crate::lease::{self, Carpool, Clock, LeaseStatements, Version};
+use crate::lease::{self, Carpools, Clock, LeaseStatements, Version};
 use crate::prefix::TablePrefix;
 
 /// The driver a storage talks to PostgreSQL through (see the crate's features).
@@ -60,8 +60,8 @@ pub(crate) struct Adapter<D: Driver> {
     pub(crate) visibility_wait: Duration,
     /// What this storage's owners saw of their leases' tenures (sent with each request).
     pub(crate) sightings: Sightings,
-    /// The standbys' requests waiting for a turn, to be carried together.
-    pub(crate) carpool: Carpool<D::Row>,
+    /// The lease requests waiting for a connection, to be carried together.
+    pub(crate) carpools: Carpools<D::Row>,
     /// Call `request_lease_v1` as a process of the previous release does (tests only).
     #[cfg(feature = "testing")]
     pub(crate) calls_v1: std::sync::atomic::AtomicBool,
@@ -76,7 +76,7 @@ impl<D: Driver> Adapter<D> {
             prefix,
             visibility_wait,
             sightings: Sightings::new(),
-            carpool: Carpool::default(),
+            carpools: Carpools::default(),
             #[cfg(feature = "testing")]
             calls_v1: std::sync::atomic::AtomicBool::new(false),
         }
@@ -262,7 +262,7 @@ impl EventStorage for PostgresEventStorage {
         request: &LeaseRequest,
     ) -> Result<LeaseResponse, EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, &a.carpool, request, Clock::Database, a.version())
+            lease::request(&a.link, &a.leases, &a.carpools, request, Clock::Database, a.version())
                 .await
                 .map(|(_, response)| response)
         })

@@ -56,7 +56,7 @@ impl PostgresEventStorage {
         version: Version<'_>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request(&a.link, &a.leases, &a.carpool, request, Clock::At(now), version).await
+            lease::request(&a.link, &a.leases, &a.carpools, request, Clock::At(now), version).await
         })
     }
 
@@ -97,5 +97,11 @@ impl PostgresEventStorage {
     /// every connection: a test that orders callers in the lane waits for them to be there.
     pub fn waiting_in_lane(&self) -> usize {
         on_adapter!(self.engine(), a => a.link.waiting_in_lane())
+    }
+
+    /// How many renewals wait for a connection, to be carried by the first that gets one (those
+    /// whose callers left counted until they are dropped).
+    pub fn renewals_waiting(&self) -> usize {
+        on_adapter!(self.engine(), a => a.carpools.renewals.waiting())
     }
 }

@@ -1,12 +1,14 @@
-//! `request_leases_v1`, which carries standbys' requests in one call, decides each of them as
-//! `request_lease_v5` called for each in turn does.
+//! `request_leases_v1`, which carries lease requests in one call, decides each of them as
+//! `request_lease_v4` (for a caller that held the lease at its last answer) or
+//! `request_lease_v5` (for any other) called for each in turn does.
 //!
 //! Random steps on two prefixes of the test server: on one, each step's requests (one to six,
 //! on three leases and four owners, with sightings taken from the stored record or none, at a
 //! clock the test moves) go in one call of `request_leases_v1`; on the other, one call of
 //! `request_lease_v5` each, in the same order, at the same clock. Every answer, and after every
-//! step every lease record and every stored registration, must be the same. Releases are
-//! mixed in, on both. `v5` itself is held to the domain's state machine by `tests/model.rs`.
+//! step every lease record and every stored registration, must be the same. Each request is
+//! marked held or not at random; releases are mixed in, on both. v4 and v5 themselves are held
+//! to the domain's state machine by `tests/model.rs`.
 //!
 //! The check must be able to fail: its negative control installs a `request_leases_v1` that
 //! decides the requests in the opposite order (answering each in its place) and requires the
@@ -45,6 +47,7 @@ struct Request {
     priority: i64,
     ttl_micros: i64,
     seen: [i64; 3],
+    held: bool,
 }
 
 async fn prefix_with_schema(client: &tokio_postgres::Client) -> PrefixGuard {
@@ -132,16 +135,18 @@ async fn play(
                 priority: rng.below(3) as i64,
                 ttl_micros: [1_000_000, 3_000_000][rng.below(2) as usize],
                 seen,
+                held: rng.below(2) == 0,
             });
         }
         let names: Vec<&str> = requests.iter().map(|r| r.lease.as_str()).collect();
         let owners_of: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
         let column = |f: fn(&Request) -> i64| requests.iter().map(f).collect::<Vec<i64>>();
+        let held: Vec<bool> = requests.iter().map(|r| r.held).collect();
         let answers: Vec<Option<String>> = client
             .query(
                 &format!(
                     "SELECT CASE WHEN o_decided THEN o_outcome::text END \
-                       FROM {carried}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8)"
+                       FROM {carried}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                 ),
                 &[
                     &names,
@@ -151,6 +156,7 @@ async fn play(
                     &column(|r| r.seen[0]),
                     &column(|r| r.seen[1]),
                     &column(|r| r.seen[2]),
+                    &held,
                     &now,
                 ],
             )
@@ -164,7 +170,8 @@ async fn play(
             let row = client
                 .query_one(
                     &format!(
-                        "SELECT {alone}request_lease_v5($1, $2, $3, $4, $5, $6, $7, $8)::text"
+                        "SELECT {alone}request_lease_v{}($1, $2, $3, $4, $5, $6, $7, $8)::text",
+                        if r.held { 4 } else { 5 }
                     ),
                     &[
                         &r.lease,
@@ -249,10 +256,10 @@ async fn the_check_catches_carried_requests_decided_out_of_turn() {
             "DROP FUNCTION {p}request_leases_v1; {broken}; \
              ALTER FUNCTION {p}request_leases_v1 RENAME TO {p}request_leases_v1_reversed; \
              CREATE FUNCTION {p}request_leases_v1(text[], text[], bigint[], bigint[], bigint[], \
-                bigint[], bigint[], timestamptz) \
+                bigint[], bigint[], boolean[], timestamptz) \
              RETURNS TABLE (o_decided boolean, o_outcome {p}lease_outcome_v1) LANGUAGE sql AS \
              $$ SELECT o_decided, o_outcome \
-                  FROM {p}request_leases_v1_reversed($1, $2, $3, $4, $5, $6, $7, $8) \
+                  FROM {p}request_leases_v1_reversed($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                  ORDER BY o_item $$",
             p = carried.prefix()
         ))

@@ -602,3 +602,59 @@ async fn a_carried_request_whose_lease_is_busy_goes_on_its_own(driver: PostgresD
     storage.close().await.unwrap();
 }
 }
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: PostgresDriver) {
+    // A pool of one, its connection held by the renewal of lease "x", which waits on x's lock
+    // (held elsewhere); the holders of five other leases renew meanwhile. When x's lock is let
+    // go, the renewal that gets the connection carries the four others: one call of
+    // request_leases_v1, counted by the server, and each renewed as on its own.
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    admin()
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET track_functions = 'pl'",
+            database.name()
+        ))
+        .await
+        .unwrap();
+    let name = tenure_pg_test::unique_name("tenure_renewals");
+    let storage = storage(&database, driver, &name, 1, Duration::from_secs(20)).await;
+    let ttl = Duration::from_secs(30);
+    let leases = ["l0", "l1", "l2", "l3", "l4"];
+    for (lease, owner) in leases.iter().map(|l| (*l, "h")).chain([("x", "n")]) {
+        let first = LeaseRequest::new(lease, owner, 0, ttl);
+        assert_eq!(storage.request_lease(&first).await.unwrap().status, LeaseStatus::Leader);
+    }
+    let x = holding_lock(&database, "x").await;
+    let renew = |lease: &'static str, owner: &'static str| {
+        let storage = storage.clone();
+        let request = LeaseRequest::new(lease, owner, 0, ttl);
+        tokio::spawn(async move { storage.request_lease(&request).await })
+    };
+    let blocked = renew("x", "n");
+    blocked_on_lock_in(database.name(), "t_", "request_lease_v4").await;
+    let renewals: Vec<_> = leases.iter().map(|lease| renew(lease, "h")).collect();
+    for _ in 0..1000 {
+        if storage.renewals_waiting() == leases.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(storage.renewals_waiting(), leases.len());
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    for (renewal, lease) in renewals.into_iter().zip(leases) {
+        let answer = renewal.await.unwrap().unwrap();
+        assert_eq!(answer.status, LeaseStatus::Leader, "{lease}");
+        assert_eq!(answer.lease.owner.as_str(), "h");
+        assert_eq!(answer.fencing_token.get(), 1);
+    }
+    storage.close().await.unwrap();
+    drop(x);
+    assert_eq!(calls_of(&database, "request_leases_v1").await, 1);
+    // x's renewal on its own, and the five carried ones.
+    assert_eq!(calls_of(&database, "request_lease_v4").await, 6);
+}
+}

@@ -182,6 +182,7 @@ impl ToSql for Param<'_> {
             Param::Texts(v) => v.to_sql_checked(ty, out),
             Param::TextRefs(v) => v.to_sql_checked(ty, out),
             Param::Int8s(v) => v.to_sql_checked(ty, out),
+            Param::Bools(v) => v.to_sql_checked(ty, out),
             Param::Jsonbs(v) => v.to_sql_checked(ty, out),
         }
     }

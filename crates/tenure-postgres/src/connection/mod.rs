@@ -68,6 +68,8 @@ pub(crate) enum Param<'a> {
     TextRefs(&'a [&'a str]),
     /// `bigint[]`.
     Int8s(&'a [i64]),
+    /// `boolean[]`.
+    Bools(&'a [bool]),
     /// `jsonb[]`.
     Jsonbs(&'a [&'a serde_json::Value]),
 }

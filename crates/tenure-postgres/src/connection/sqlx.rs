@@ -244,6 +244,7 @@ fn arguments(params: &[Param<'_>]) -> Result<PgArguments, Failure> {
             Param::Texts(v) => arguments.add(v),
             Param::TextRefs(v) => arguments.add(v),
             Param::Int8s(v) => arguments.add(v),
+            Param::Bools(v) => arguments.add(v),
             Param::Jsonbs(v) => arguments.add(v.iter().map(Json).collect::<Vec<_>>()),
         }
         .map_err(Failure::Driver)?;

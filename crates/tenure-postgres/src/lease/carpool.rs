@@ -1,5 +1,6 @@
-//! Standbys' requests carried together: the request that gets a turn of the standbys' lane
-//! takes the others that wait with it, in one call of `request_leases_v1`
+//! Requests carried together: the standby's request that gets a turn of the standbys' lane, or
+//! the renewal that gets a connection, takes the others of its kind that wait with it, in one
+//! call of `request_leases_v1`
 //! (`migrations/0012_lease_requests_carried.sql`).
 //!
 //! Below capacity nobody waits, and every request is its own call, as before. Past about
@@ -15,7 +16,11 @@
 //! left undecided by that call and goes on its own ([`Outcome::Alone`]), so that a busy
 //! lease never holds up the others.
 //!
-//! Renewals are never carried: they keep their own way to a connection, ahead of the lane.
+//! Renewals are carried the same way, with renewals only: the first renewal that checks a
+//! connection out (renewals do not wait for the lane) carries the renewals that wait for one,
+//! so that a renewal never waits for standbys' decisions, and the renewals of thousands of
+//! leases cost the server a fraction of as many calls (203 µs of the backend's CPU per renewal
+//! alone, 35 among ten).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -35,6 +40,8 @@ pub(crate) struct Carried {
     pub(crate) ttl_micros: i64,
     /// The sighting: token, heartbeat, µs unchanged (see `sighting_params`).
     pub(crate) seen: [i64; 3],
+    /// Whether the caller held the lease at its last answer (`request_lease_v4`, else v5).
+    pub(crate) held: bool,
 }
 
 /// What a waiting request learns from the call that carried it.
@@ -55,6 +62,16 @@ struct Rider<R> {
     patient_until: Instant,
     request: Carried,
     answer: oneshot::Sender<Outcome<R>>,
+    /// Told when a call takes the request, so that its caller stops waiting for a connection.
+    taken: oneshot::Sender<()>,
+}
+
+/// A waiting request's side: its ticket, where its outcome comes, and the word that a call
+/// took it.
+pub(crate) struct Ticket<R> {
+    pub(crate) id: u64,
+    pub(crate) answer: oneshot::Receiver<Outcome<R>>,
+    pub(crate) taken: oneshot::Receiver<()>,
 }
 
 /// The requests a turn's holder sends: its own first, then those it carries.
@@ -63,7 +80,24 @@ pub(crate) struct Load<R> {
     pub(crate) others: Vec<(Carried, oneshot::Sender<Outcome<R>>)>,
 }
 
-/// The standbys' requests that wait for a turn, in order of arrival.
+/// The requests of one storage that wait for a connection: renewals, and standbys' requests
+/// (which wait for a turn of the lane first), each carried only with its own kind, so that a
+/// renewal never waits for standbys' decisions.
+pub(crate) struct Carpools<R> {
+    pub(crate) renewals: Carpool<R>,
+    pub(crate) standbys: Carpool<R>,
+}
+
+impl<R> Default for Carpools<R> {
+    fn default() -> Self {
+        Carpools {
+            renewals: Carpool::default(),
+            standbys: Carpool::default(),
+        }
+    }
+}
+
+/// Requests of one kind that wait, in order of arrival.
 pub(crate) struct Carpool<R> {
     state: Mutex<State<R>>,
 }
@@ -90,15 +124,11 @@ impl<R> Carpool<R> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a request that keeps its place among the patient ones for `patience`; its ticket,
-    /// and where its outcome comes if another request's call carries it. Dropping the receiver
-    /// withdraws it.
-    pub(crate) fn board(
-        &self,
-        request: Carried,
-        patience: Duration,
-    ) -> (u64, oneshot::Receiver<Outcome<R>>) {
+    /// Adds a request that keeps its place among the patient ones for `patience`; its
+    /// [`Ticket`]. Dropping the ticket's `answer` withdraws it.
+    pub(crate) fn board(&self, request: Carried, patience: Duration) -> Ticket<R> {
         let (answer, receiver) = oneshot::channel();
+        let (taken, taken_receiver) = oneshot::channel();
         let mut state = self.lock();
         while state.riders.front().is_some_and(|r| r.answer.is_closed()) {
             state.riders.pop_front();
@@ -110,8 +140,13 @@ impl<R> Carpool<R> {
             patient_until: Instant::now() + patience,
             request,
             answer,
+            taken,
         });
-        (id, receiver)
+        Ticket {
+            id,
+            answer: receiver,
+            taken: taken_receiver,
+        }
     }
 
     /// For the holder of a turn with ticket `id`: its request and up to [`MOST_CARRIED`] − 1
@@ -129,6 +164,7 @@ impl<R> Carpool<R> {
                 continue;
             }
             if others.len() + 1 < MOST_CARRIED && rider.patient_until > now {
+                let _ = rider.taken.send(());
                 others.push((rider.request, rider.answer));
             } else {
                 left.push_back(rider);
@@ -137,15 +173,29 @@ impl<R> Carpool<R> {
         // Room left means every patient one was taken: what is left is out of patience.
         while others.len() + 1 < MOST_CARRIED {
             let Some(rider) = left.pop_back() else { break };
+            let _ = rider.taken.send(());
             others.push((rider.request, rider.answer));
         }
         state.riders = left;
         Some(Load { own, others })
     }
 
+    /// Takes the request with ticket `id` back, unless a call has taken it already: whether it
+    /// was still waiting.
+    pub(crate) fn withdraw(&self, id: u64) -> bool {
+        let mut state = self.lock();
+        match state.riders.iter().position(|r| r.id == id) {
+            Some(at) => {
+                state.riders.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// How many requests wait (those whose callers left included until they are dropped).
-    #[cfg(test)]
-    fn waiting(&self) -> usize {
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().riders.len()
     }
 }
@@ -161,6 +211,7 @@ mod tests {
             priority: 0,
             ttl_micros: 3_000_000,
             seen: [0; 3],
+            held: false,
         }
     }
 
@@ -176,23 +227,26 @@ mod tests {
     #[test]
     fn the_holder_carries_the_others_in_order_of_arrival() {
         let pool = Carpool::<()>::default();
-        let (a, _ra) = pool.board(request("a"), PATIENCE);
-        let (_b, _rb) = pool.board(request("b"), PATIENCE);
-        let (c, _rc) = pool.board(request("c"), PATIENCE);
-        let load = pool.take(c, Instant::now()).unwrap();
+        let mut a = pool.board(request("a"), PATIENCE);
+        let _b = pool.board(request("b"), PATIENCE);
+        let mut c = pool.board(request("c"), PATIENCE);
+        let load = pool.take(c.id, Instant::now()).unwrap();
         assert_eq!(leases(&load), ["c", "a", "b"]);
         assert_eq!(pool.waiting(), 0);
-        // Carried by c's call, a's request is not there for a's turn.
-        assert!(pool.take(a, Instant::now()).is_none());
+        // a is told, and its request is not there for a's turn; c took its own.
+        assert!(a.taken.try_recv().is_ok());
+        assert!(c.taken.try_recv().is_err());
+        assert!(pool.take(a.id, Instant::now()).is_none());
+        assert!(!pool.withdraw(a.id));
     }
 
     #[test]
     fn requests_whose_callers_left_are_not_carried() {
         let pool = Carpool::<()>::default();
-        let (a, _ra) = pool.board(request("a"), PATIENCE);
-        let (_b, rb) = pool.board(request("b"), PATIENCE);
-        drop(rb);
-        let load = pool.take(a, Instant::now()).unwrap();
+        let a = pool.board(request("a"), PATIENCE);
+        let b = pool.board(request("b"), PATIENCE);
+        drop(b);
+        let load = pool.take(a.id, Instant::now()).unwrap();
         assert_eq!(leases(&load), ["a"]);
         assert_eq!(pool.waiting(), 0);
     }
@@ -203,7 +257,7 @@ mod tests {
         let tickets: Vec<_> = (0..MOST_CARRIED + 5)
             .map(|i| pool.board(request(&format!("l{i}")), PATIENCE))
             .collect();
-        let load = pool.take(tickets[0].0, Instant::now()).unwrap();
+        let load = pool.take(tickets[0].id, Instant::now()).unwrap();
         assert_eq!(load.others.len(), MOST_CARRIED - 1);
         assert_eq!(pool.waiting(), 5);
         assert_eq!(
@@ -216,11 +270,11 @@ mod tests {
     fn out_of_patience_requests_ride_only_where_there_is_room_the_latest_first() {
         let pool = Carpool::<()>::default();
         let start = Instant::now();
-        let (_old, _r1) = pool.board(request("old"), PATIENCE);
-        let (_older, _r2) = pool.board(request("later"), PATIENCE);
-        let (young, _r3) = pool.board(request("young"), PATIENCE * 4);
-        let (_y2, _r4) = pool.board(request("young2"), PATIENCE * 4);
-        let load = pool.take(young, start + PATIENCE * 2).unwrap();
+        let _old = pool.board(request("old"), PATIENCE);
+        let _later = pool.board(request("later"), PATIENCE);
+        let young = pool.board(request("young"), PATIENCE * 4);
+        let _young2 = pool.board(request("young2"), PATIENCE * 4);
+        let load = pool.take(young.id, start + PATIENCE * 2).unwrap();
         assert_eq!(leases(&load), ["young", "young2", "later", "old"]);
     }
 }

@@ -129,7 +129,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ),
     (
         "request_leases_v1",
-        "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], timestamp with time zone",
+        "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean[], timestamp with time zone",
     ),
     (
         "append_events_v1",

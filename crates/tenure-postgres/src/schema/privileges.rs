@@ -76,7 +76,7 @@ pub(crate) const NEEDED: &[(&str, Kind, &[&str])] = &[
     (
         "request_leases_v1",
         Kind::Function(
-            "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], timestamp with time zone",
+            "text[], text[], bigint[], bigint[], bigint[], bigint[], bigint[], boolean[], timestamp with time zone",
         ),
         &["EXECUTE"],
     ),
