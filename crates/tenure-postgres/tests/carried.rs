@@ -21,23 +21,12 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use support::server;
+use support::{XorShift, server};
 use tenure_pg_test::PrefixGuard;
 
-/// A small deterministic generator (xorshift), so that a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
-        of[self.below(of.len() as u64) as usize]
-    }
+/// One of `of`, at random.
+fn pick<'a>(rng: &mut XorShift, of: &[&'a str]) -> &'a str {
+    of[rng.below(of.len() as u64) as usize]
 }
 
 /// One request, as `request_leases_v1`'s arrays take it.
@@ -102,7 +91,7 @@ async fn play(
     seed: u64,
     steps: usize,
 ) -> Result<BTreeSet<String>, String> {
-    let mut rng = Rng(seed);
+    let mut rng = XorShift(seed);
     let mut transitions = BTreeSet::new();
     // A fixed start, so that the clock the test moves never meets the server's.
     let mut now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -110,7 +99,7 @@ async fn play(
     for step in 0..steps {
         now += Duration::from_micros(rng.below(2_500_000));
         if rng.below(8) == 0 {
-            let (lease, owner) = (rng.pick(&leases), rng.pick(&owners));
+            let (lease, owner) = (pick(&mut rng, &leases), pick(&mut rng, &owners));
             for prefix in [carried, alone] {
                 client
                     .execute(
@@ -123,7 +112,7 @@ async fn play(
         }
         let mut requests = Vec::new();
         for _ in 0..=rng.below(6) {
-            let lease = rng.pick(&leases).to_owned();
+            let lease = pick(&mut rng, &leases).to_owned();
             let seen = if rng.below(2) == 0 {
                 sighting(client, alone, &lease).await
             } else {
@@ -131,7 +120,7 @@ async fn play(
             };
             requests.push(Request {
                 lease,
-                owner: rng.pick(&owners).to_owned(),
+                owner: pick(&mut rng, &owners).to_owned(),
                 priority: rng.below(3) as i64,
                 ttl_micros: [1_000_000, 3_000_000][rng.below(2) as usize],
                 seen,

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use support::{
-    LOCK_KEY_SQL, admin, backends, blocked_on_lock, builder, fresh_prefix, fresh_storage, server,
-    settled_backends,
+    LOCK_KEY_SQL, XorShift, admin, backends, blocked_on_lock, builder, fresh_prefix, fresh_storage,
+    server, settled_backends,
 };
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
@@ -294,17 +294,6 @@ async fn names_travel_as_parameters_whatever_they_contain(driver: PostgresDriver
         .collect();
     assert_eq!(listed, expected, "get_leases is ordered by name (bytes)");
 }
-}
-
-/// A tiny deterministic generator, so that each contender behaves differently.
-struct XorShift(u64);
-impl XorShift {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 on_each_driver! {

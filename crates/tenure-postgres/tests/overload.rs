@@ -474,6 +474,21 @@ async fn a_closed_storage_ends_its_sessions_instead_of_cutting_them(driver: Post
 }
 }
 
+/// A database of the test's own whose sessions count the calls of PL/pgSQL functions (see
+/// [`calls_of`]).
+async fn counting_calls() -> TempDatabase {
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    admin()
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET track_functions = 'pl'",
+            database.name()
+        ))
+        .await
+        .unwrap();
+    database
+}
+
 /// How many times `function` (prefix `t_`) was called on `database`, once none of its sessions
 /// is left (a backend's counts reach the statistics when it ends).
 async fn calls_of(database: &TempDatabase, function: &str) -> i64 {
@@ -544,15 +559,7 @@ async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDr
     // When the turn comes free, the request it goes to carries the nine others that wait:
     // one call of request_leases_v1, counted by the server, and every request answered as on
     // its own.
-    let database = TempDatabase::create(&server().url).await.unwrap();
-    admin()
-        .await
-        .batch_execute(&format!(
-            "ALTER DATABASE {} SET track_functions = 'pl'",
-            database.name()
-        ))
-        .await
-        .unwrap();
+    let database = counting_calls().await;
     let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
     let (storage, x, _, first, standbys) =
         standbys_waiting(&database, driver, &leases, None).await;
@@ -610,15 +617,7 @@ async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: Postg
     // (held elsewhere); the holders of five other leases renew meanwhile. When x's lock is let
     // go, the renewal that gets the connection carries the four others: one call of
     // request_leases_v1, counted by the server, and each renewed as on its own.
-    let database = TempDatabase::create(&server().url).await.unwrap();
-    admin()
-        .await
-        .batch_execute(&format!(
-            "ALTER DATABASE {} SET track_functions = 'pl'",
-            database.name()
-        ))
-        .await
-        .unwrap();
+    let database = counting_calls().await;
     let name = tenure_pg_test::unique_name("tenure_renewals");
     let storage = storage(&database, driver, &name, 1, Duration::from_secs(20)).await;
     let ttl = Duration::from_secs(30);

@@ -155,3 +155,16 @@ async fn backends_seen_by(admin: &tokio_postgres::Client, name: &str) -> Vec<i32
     pids.sort_unstable();
     pids
 }
+
+/// A tiny deterministic generator (xorshift), so that a test's random choices replay.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
