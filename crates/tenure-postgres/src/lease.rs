@@ -19,6 +19,9 @@
 
 mod carpool;
 
+use std::future::poll_fn;
+use std::pin::pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tenure_ports::domain::Transition;
@@ -304,7 +307,9 @@ pub(crate) async fn request<D: Driver>(
     };
     // Carried with others only as this release calls, on the database's clock: the carrying
     // call has no clock argument, and calls v4 or v5.
-    let carried = (kept.is_some() && at.is_none()).then(|| Carried {
+    // Made only when it waits or carries others: a request that gets a connection at once
+    // with nobody waiting copies nothing.
+    let carried = (kept.is_some() && at.is_none()).then_some(|| Carried {
         lease_name: name.to_owned(),
         owner: owner.to_owned(),
         priority: request.priority,
@@ -360,6 +365,13 @@ struct Way<'a, 'p, D> {
     access: Access,
 }
 
+/// How a request that may be carried starts: with a connection at once, or aboard its
+/// carpool with its ticket, its answer's receiver, and what it got first.
+enum Start<'a, D: Driver> {
+    AtOnce(Seat<'a, D>),
+    Boarded(u64, oneshot::Receiver<Outcome<D::Row>>, Waited<'a, D>),
+}
+
 /// What a waiting request got first.
 enum Waited<'a, D: Driver> {
     Carried(Result<Outcome<D::Row>, oneshot::error::RecvError>),
@@ -368,28 +380,35 @@ enum Waited<'a, D: Driver> {
 }
 
 impl<'a, D: Driver> Way<'a, '_, D> {
-    /// Waits for a connection, or for another request's call to carry `carried` (when set);
-    /// with a connection, calls for itself and for the requests it carries.
+    /// Takes a connection if one is to be had at once, and calls for itself and for the
+    /// requests of its kind that wait (none, below capacity); else waits for a connection, or
+    /// for another request's call to carry `carried` (when set), and with a connection calls
+    /// for itself and for those that wait.
     async fn request(
         &self,
         carpool: &Carpool<D::Row>,
-        carried: Option<Carried>,
+        carried: Option<impl Fn() -> Carried>,
         patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let Some(carried) = carried else {
             return self.alone().await;
         };
-        let Ticket {
-            id,
-            mut answer,
-            mut taken,
-        } = carpool.board(carried, patience);
-        let waited = tokio::select! {
-            biased;
-            outcome = &mut answer => Waited::Carried(outcome),
-            // Taken by another request's call: no connection or turn is needed any more.
-            _ = &mut taken => Waited::Taken,
-            seat = self.seat() => Waited::Seated(seat),
+        // Its own future, so that the connection's future it holds, awaited twice, does not
+        // stay in this one's state beside the call's future (the size test below).
+        let start = self.start(carpool, &carried, patience).await?;
+        let (id, answer, waited) = match start {
+            Start::AtOnce(mut seat) => {
+                let others = carpool.take_waiting(Instant::now());
+                if others.is_empty() {
+                    return self.own_call(&mut seat).await;
+                }
+                let load = Load {
+                    own: carried(),
+                    others,
+                };
+                return Box::pin(self.carry(seat, load)).await;
+            }
+            Start::Boarded(id, answer, waited) => (id, answer, waited),
         };
         let outcome = match waited {
             Waited::Carried(outcome) => outcome,
@@ -423,6 +442,37 @@ impl<'a, D: Driver> Way<'a, '_, D> {
                 "{WHAT}: the call that carried this request was abandoned; the outcome is unknown"
             ))),
         }
+    }
+
+    /// A connection at once, or a place in `carpool` and what it got first: the connection,
+    /// or its request carried by another's call.
+    async fn start(
+        &self,
+        carpool: &Carpool<D::Row>,
+        carried: &impl Fn() -> Carried,
+        patience: Duration,
+    ) -> Result<Start<'a, D>, EventStorageError> {
+        let mut seat = pin!(self.seat());
+        // Polled once with this task's waker, and not dropped if it is not ready: its place in
+        // the lane and in the pool's queue is kept, and a connection it is opening is not
+        // thrown away.
+        if let Poll::Ready(seat) = poll_fn(|cx| Poll::Ready(seat.as_mut().poll(cx))).await {
+            return Ok(Start::AtOnce(seat?));
+        }
+        let Ticket {
+            id,
+            mut answer,
+            mut taken,
+        } = carpool.board(carried(), patience);
+        let waited = tokio::select! {
+            biased;
+            outcome = &mut answer => Waited::Carried(outcome),
+            // Taken by another request's call: no connection or turn is needed any more (the
+            // wait for them ends with this future).
+            _ = &mut taken => Waited::Taken,
+            seat = &mut seat => Waited::Seated(seat),
+        };
+        Ok(Start::Boarded(id, answer, waited))
     }
 
     /// A connection, after a turn of the lane for a standby's request.
@@ -635,7 +685,10 @@ mod tests {
     /// benchmark process's CPU per renewal (`client µs/call` in the `lease_latency`
     /// benchmark) fell by about 10 µs on sqlx and 5 µs on deadpool. Then 1.3 KB
     /// on sqlx, 2.6 KB on deadpool; with requests carried together, 4.4 KB on deadpool with the
-    /// carrying call inline, and 1.8 KB on sqlx, 3.4 KB on deadpool with it boxed.
+    /// carrying call inline, and 1.8 KB on sqlx, 3.4 KB on deadpool with it boxed; with the
+    /// connection's future polled once before boarding, 5.7 KB on deadpool while that future
+    /// was held in the request's own state (awaited twice), 3.7 KB (and 2.0 KB on sqlx) with
+    /// it in a future of its own (`Way::start`).
     const MOST: usize = 4096;
 
     fn size_of_request<D: Driver>(link: &Link<D>) -> usize {

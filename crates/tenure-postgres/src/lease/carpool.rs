@@ -74,10 +74,13 @@ pub(crate) struct Ticket<R> {
     pub(crate) taken: oneshot::Receiver<()>,
 }
 
-/// The requests a turn's holder sends: its own first, then those it carries.
+/// A request carried by another's call, and where its outcome goes.
+pub(crate) type Passenger<R> = (Carried, oneshot::Sender<Outcome<R>>);
+
+/// The requests a connection's holder sends: its own first, then those it carries.
 pub(crate) struct Load<R> {
     pub(crate) own: Carried,
-    pub(crate) others: Vec<(Carried, oneshot::Sender<Outcome<R>>)>,
+    pub(crate) others: Vec<Passenger<R>>,
 }
 
 /// The requests of one storage that wait for a connection: renewals, and standbys' requests
@@ -102,9 +105,17 @@ pub(crate) struct Carpool<R> {
     state: Mutex<State<R>>,
 }
 
+/// The waiting requests, in two queues ordered by ticket (tickets are handed out in order), so
+/// that a call finds its own by bisection and takes the others from the ends: no call walks
+/// the whole queue, which past capacity holds thousands.
 struct State<R> {
     next_id: u64,
-    riders: VecDeque<Rider<R>>,
+    /// Those that still have patience, in order of arrival.
+    patient: VecDeque<Rider<R>>,
+    /// Those found out of patience at the head of `patient`, in the order found (as the lane
+    /// keeps them: a request with a longer patience at the head keeps those behind it among
+    /// the patient until it leaves the head).
+    overdue: VecDeque<Rider<R>>,
 }
 
 impl<R> Default for Carpool<R> {
@@ -112,9 +123,53 @@ impl<R> Default for Carpool<R> {
         Carpool {
             state: Mutex::new(State {
                 next_id: 0,
-                riders: VecDeque::new(),
+                patient: VecDeque::new(),
+                overdue: VecDeque::new(),
             }),
         }
+    }
+}
+
+impl<R> State<R> {
+    /// Takes the request with ticket `id` out, wherever it waits.
+    fn remove(&mut self, id: u64) -> Option<Rider<R>> {
+        for queue in [&mut self.patient, &mut self.overdue] {
+            if let Ok(at) = queue.binary_search_by_key(&id, |r| r.id) {
+                return queue.remove(at);
+            }
+        }
+        None
+    }
+
+    /// Up to `room` waiting requests, each told it was taken: the patient ones in order of
+    /// arrival, then those out of patience at `now`, the latest found first (as the lane serves
+    /// them). Requests whose callers left are dropped on the way.
+    fn take(&mut self, room: usize, now: Instant) -> Vec<Passenger<R>> {
+        while let Some(rider) = self.patient.pop_front() {
+            if rider.patient_until > now {
+                self.patient.push_front(rider);
+                break;
+            }
+            if !rider.answer.is_closed() {
+                self.overdue.push_back(rider);
+            }
+        }
+        let mut taken = Vec::new();
+        while taken.len() < room {
+            let next = match self.patient.pop_front() {
+                Some(rider) => rider,
+                None => match self.overdue.pop_back() {
+                    Some(rider) => rider,
+                    None => break,
+                },
+            };
+            if next.answer.is_closed() {
+                continue;
+            }
+            let _ = next.taken.send(());
+            taken.push((next.request, next.answer));
+        }
+        taken
     }
 }
 
@@ -129,13 +184,16 @@ impl<R> Carpool<R> {
     pub(crate) fn board(&self, request: Carried, patience: Duration) -> Ticket<R> {
         let (answer, receiver) = oneshot::channel();
         let (taken, taken_receiver) = oneshot::channel();
-        let mut state = self.lock();
-        while state.riders.front().is_some_and(|r| r.answer.is_closed()) {
-            state.riders.pop_front();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        for queue in [&mut state.patient, &mut state.overdue] {
+            while queue.front().is_some_and(|r| r.answer.is_closed()) {
+                queue.pop_front();
+            }
         }
         let id = state.next_id;
-        state.next_id = state.next_id.wrapping_add(1);
-        state.riders.push_back(Rider {
+        state.next_id += 1;
+        state.patient.push_back(Rider {
             id,
             patient_until: Instant::now() + patience,
             request,
@@ -149,54 +207,36 @@ impl<R> Carpool<R> {
         }
     }
 
-    /// For the holder of a turn with ticket `id`: its request and up to [`MOST_CARRIED`] − 1
-    /// others, the patient ones in order of arrival, then, if there is room, those out of
-    /// patience at `now`, the latest first (as the lane serves them); `None` when another
-    /// call has taken its request already. Requests whose callers left are dropped.
+    /// For the holder of a connection with ticket `id`: its request and up to
+    /// [`MOST_CARRIED`] − 1 others, the patient ones in order of arrival, then, if there is
+    /// room, those out of patience at `now`, the latest first (as the lane serves them);
+    /// `None` when another call has taken its request already. Requests whose callers left are
+    /// dropped.
     pub(crate) fn take(&self, id: u64, now: Instant) -> Option<Load<R>> {
         let mut state = self.lock();
-        let at = state.riders.iter().position(|r| r.id == id)?;
-        let own = state.riders.remove(at)?.request;
-        let mut others = Vec::new();
-        let mut left = VecDeque::with_capacity(state.riders.len());
-        for rider in state.riders.drain(..) {
-            if rider.answer.is_closed() {
-                continue;
-            }
-            if others.len() + 1 < MOST_CARRIED && rider.patient_until > now {
-                let _ = rider.taken.send(());
-                others.push((rider.request, rider.answer));
-            } else {
-                left.push_back(rider);
-            }
-        }
-        // Room left means every patient one was taken: what is left is out of patience.
-        while others.len() + 1 < MOST_CARRIED {
-            let Some(rider) = left.pop_back() else { break };
-            let _ = rider.taken.send(());
-            others.push((rider.request, rider.answer));
-        }
-        state.riders = left;
+        let own = state.remove(id)?.request;
+        let others = state.take(MOST_CARRIED - 1, now);
         Some(Load { own, others })
+    }
+
+    /// For a request that got a connection without waiting (it has no ticket): up to
+    /// [`MOST_CARRIED`] − 1 requests that wait, as [`take`](Self::take) chooses them; none
+    /// (and nothing allocated) when none waits, the common case below capacity.
+    pub(crate) fn take_waiting(&self, now: Instant) -> Vec<Passenger<R>> {
+        self.lock().take(MOST_CARRIED - 1, now)
     }
 
     /// Takes the request with ticket `id` back, unless a call has taken it already: whether it
     /// was still waiting.
     pub(crate) fn withdraw(&self, id: u64) -> bool {
-        let mut state = self.lock();
-        match state.riders.iter().position(|r| r.id == id) {
-            Some(at) => {
-                state.riders.remove(at);
-                true
-            }
-            None => false,
-        }
+        self.lock().remove(id).is_some()
     }
 
     /// How many requests wait (those whose callers left included until they are dropped).
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn waiting(&self) -> usize {
-        self.lock().riders.len()
+        let state = self.lock();
+        state.patient.len() + state.overdue.len()
     }
 }
 
@@ -276,5 +316,55 @@ mod tests {
         let _young2 = pool.board(request("young2"), PATIENCE * 4);
         let load = pool.take(young.id, start + PATIENCE * 2).unwrap();
         assert_eq!(leases(&load), ["young", "young2", "later", "old"]);
+    }
+
+    /// A pool with one request out of patience ("old") and, after it, a call's share of
+    /// patient ones and one more ("last"), left after a call that took the share: "old" among
+    /// the overdue, "last" among the patient; their tickets, "old" first.
+    fn one_overdue_one_patient(pool: &Carpool<()>, at: Instant) -> Vec<Ticket<()>> {
+        let old = pool.board(request("old"), Duration::ZERO);
+        let patient = (0..MOST_CARRIED).map(|i| {
+            let name = if i + 1 == MOST_CARRIED {
+                "last".to_owned()
+            } else {
+                format!("p{i}")
+            };
+            pool.board(request(&name), PATIENCE)
+        });
+        let tickets = std::iter::once(old).chain(patient).collect();
+        assert_eq!(pool.take_waiting(at).len(), MOST_CARRIED - 1);
+        assert_eq!(pool.waiting(), 2);
+        tickets
+    }
+
+    #[test]
+    fn a_request_out_of_patience_is_found_by_its_own_call() {
+        let pool = Carpool::<()>::default();
+        let at = Instant::now() + Duration::from_millis(1);
+        let tickets = one_overdue_one_patient(&pool, at);
+        let load = pool.take(tickets[0].id, at).unwrap();
+        assert_eq!(leases(&load), ["old", "last"]);
+        assert_eq!(pool.waiting(), 0);
+    }
+
+    #[test]
+    fn a_request_out_of_patience_can_be_withdrawn() {
+        let pool = Carpool::<()>::default();
+        let at = Instant::now() + Duration::from_millis(1);
+        let tickets = one_overdue_one_patient(&pool, at);
+        assert!(pool.withdraw(tickets[0].id));
+        assert!(!pool.withdraw(tickets[0].id));
+        let taken = pool.take_waiting(at);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].0.lease_name, "last");
+    }
+
+    #[test]
+    fn nobody_waiting_means_nothing_taken() {
+        let pool = Carpool::<()>::default();
+        assert!(pool.take_waiting(Instant::now()).is_empty());
+        let a = pool.board(request("a"), PATIENCE);
+        assert!(pool.withdraw(a.id));
+        assert!(pool.take_waiting(Instant::now()).is_empty());
     }
 }
