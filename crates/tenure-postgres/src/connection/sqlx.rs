@@ -20,6 +20,7 @@ use super::{Driver, GRACE, Param, Sql, UrlError};
 use crate::decode::{BoxError, Row, Value};
 use crate::error::Failure;
 use tenure_conninfo::ConnInfo;
+use tokio::sync::oneshot;
 
 /// A `sqlx::PgPool`, as a [`Driver`].
 ///
@@ -43,7 +44,8 @@ use tenure_conninfo::ConnInfo;
 ///
 /// A connect is not dropped with a caller that gave up: a checkout that finds no idle
 /// connection waits for one in a task of its own, so that a connection set up for a caller
-/// that left serves the next one instead of being thrown away half made.
+/// that left serves the next one instead of being thrown away half made. A wait that cannot
+/// connect (the pool is full) ends when its caller leaves.
 pub(crate) struct Sqlx {
     pool: PgPool,
     /// How many checkouts still ping first.
@@ -159,8 +161,33 @@ impl Sqlx {
         // that waits (or in a box), so that it is not part of every call's future, which
         // every layer of the call would otherwise copy (see `lease::tests`).
         let pool = self.pool.clone();
+        // A wait that starts with the pool full can only end with a connection another call
+        // gives back, and it ends when its caller leaves (a timeout, or its request carried
+        // by another's call), unless by then a connection was closed meanwhile and the pool
+        // is not full any more (the wait may be opening one). Left in sqlx's queue, such waits
+        // were served ahead of the calls that still wait, each taking a connection only to
+        // give it back with a ping: past capacity, with thousands of callers leaving, the pool
+        // served them instead of calls (`scale`'s 3x overload on sqlx: goodput fell to 544
+        // calls a second, `docs/benchmarks.md`). Any other wait may connect, and goes on.
+        let full = |pool: &PgPool| pool.size() >= pool.options().get_max_connections();
+        let cancellable = full(&self.pool);
+        let (_stays, left) = oneshot::channel::<()>();
         let wait = async move {
-            let acquired = pool.acquire().await;
+            let mut acquire = std::pin::pin!(pool.acquire());
+            let acquired = if cancellable {
+                tokio::select! {
+                    biased;
+                    acquired = &mut acquire => acquired,
+                    // Nobody reads the error: the caller left.
+                    _ = left => if full(&pool) {
+                        Err(sqlx::Error::PoolTimedOut)
+                    } else {
+                        acquire.await
+                    },
+                }
+            } else {
+                acquire.await
+            };
             drop(waited);
             acquired
         };
@@ -390,5 +417,34 @@ impl Row for PgRow {
             oid,
             raw: Some(value.as_bytes()?),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many of `driver`'s checkouts wait in its pool.
+    fn waiting(driver: &Sqlx) -> usize {
+        Kept::lock(&driver.kept).waiting
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_a_full_pool_ends_when_its_caller_leaves() {
+        let info = ConnInfo::parse(&tenure_pg_test::required_server().url).unwrap();
+        // sqlx's own bound on a wait (60 s) is far beyond the test's.
+        let driver = Sqlx::from_conninfo(&info, 1, Duration::from_secs(60)).unwrap();
+        let held = driver.checkout().await.unwrap();
+        for _ in 0..10 {
+            let gave_up = tokio::time::timeout(Duration::from_millis(5), driver.checkout()).await;
+            assert!(gave_up.is_err(), "the pool's only connection is held");
+        }
+        // A wait left in the pool's queue would end only when the connection is given back.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while waiting(&driver) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(waiting(&driver), 0, "waits outlived their callers");
+        drop(held);
     }
 }
