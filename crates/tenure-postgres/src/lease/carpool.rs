@@ -3,7 +3,9 @@
 //! call of `request_leases_v1`
 //! (`migrations/0012_lease_requests_carried.sql`).
 //!
-//! Below capacity nobody waits, and every request is its own call, as before. Past about
+//! Below capacity nobody waits, and every request is its own call, as before: a request that
+//! gets its connection (and turn) at once boards nothing, and copies nothing (`Way::start` in
+//! the parent module). Past about
 //! three quarters of the server's capacity, standbys' requests queue in the lane; most of a
 //! call's cost on the server is the call itself (the round trip, the statement, its
 //! transaction), not its decision, so one call deciding the waiting requests costs the server
@@ -11,10 +13,10 @@
 //! per standby's request among ten in one statement, against 140 alone). The busier the
 //! server, the more each call carries: saturation instead of a queue that grows.
 //!
-//! The carried requests are decided by `request_lease_v5` one after the other, exactly as
-//! separate calls in that order would be; a request whose lease's lock is held elsewhere is
-//! left undecided by that call and goes on its own ([`Outcome::Alone`]), so that a busy
-//! lease never holds up the others.
+//! The carried requests are decided by `request_lease_v4` or `_v5` one after the other,
+//! exactly as separate calls in that order would be; a request whose lease's lock is held
+//! elsewhere is left undecided by that call and goes on its own ([`Outcome::Alone`]), so that
+//! a busy lease never holds up the others.
 //!
 //! Renewals are carried the same way, with renewals only: the first renewal that checks a
 //! connection out (renewals do not wait for the lane) carries the renewals that wait for one,
