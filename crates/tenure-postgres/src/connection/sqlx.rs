@@ -446,5 +446,7 @@ mod tests {
         }
         assert_eq!(waiting(&driver), 0, "waits outlived their callers");
         drop(held);
+        // Its session ended with PostgreSQL's Terminate message, not cut.
+        driver.pool.close().await;
     }
 }
