@@ -300,10 +300,7 @@ pub(crate) async fn request<D: Driver>(
             Some(_) => Standing::Established,
             None => Standing::Newcomer,
         };
-        (
-            &carpools.standbys,
-            Access::Lane(standing, lane::patience(ttl)),
-        )
+        (&carpools.standbys, Access::Lane(standing))
     };
     // Carried with others only as this release calls, on the database's clock: the carrying
     // call has no clock argument, and calls v4 or v5.
@@ -323,11 +320,9 @@ pub(crate) async fn request<D: Driver>(
         sql,
         params,
         access,
+        patience: lane::patience(ttl),
     };
-    let patience = lane::patience(ttl);
-    let row = link
-        .timed(WHAT, || way.request(carpool, carried, patience))
-        .await?;
+    let row = link.timed(WHAT, || way.request(carpool, carried)).await?;
     let decided = decode::lease::response(lease_name, &row)?;
     if let Some(kept) = kept {
         kept.after(&decided.1.lease, request.owner.as_str(), Instant::now());
@@ -344,8 +339,8 @@ enum Access {
     /// A renewal: checks a connection out at once.
     Direct,
     /// A standby's request: a turn of the standbys' lane first, as a waiter of this standing
-    /// with this patience ([`lane`]).
-    Lane(Standing, Duration),
+    /// ([`lane`]).
+    Lane(Standing),
 }
 
 /// A connection for a request's call, with the lane's turn it took (if any); the connection
@@ -363,6 +358,9 @@ struct Way<'a, 'p, D> {
     sql: &'a Sql,
     params: &'a [Param<'p>],
     access: Access,
+    /// How long it keeps its place in the order of arrival, in the lane and in its carpool
+    /// ([`lane::patience`]).
+    patience: Duration,
 }
 
 /// How a request that may be carried starts: with a connection at once, or aboard its
@@ -388,14 +386,13 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         &self,
         carpool: &Carpool<D::Row>,
         carried: Option<impl Fn() -> Carried>,
-        patience: Duration,
     ) -> Result<D::Row, EventStorageError> {
         let Some(carried) = carried else {
             return self.alone().await;
         };
         // Its own future, so that the connection's future it holds, awaited twice, does not
         // stay in this one's state beside the call's future (the size test below).
-        let start = self.start(carpool, &carried, patience).await?;
+        let start = self.start(carpool, &carried).await?;
         let (id, answer, waited) = match start {
             Start::AtOnce(mut seat) => {
                 let others = carpool.take_waiting(Instant::now());
@@ -450,7 +447,6 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         &self,
         carpool: &Carpool<D::Row>,
         carried: &impl Fn() -> Carried,
-        patience: Duration,
     ) -> Result<Start<'a, D>, EventStorageError> {
         let mut seat = pin!(self.seat());
         // Polled once with this task's waker, and not dropped if it is not ready: its place in
@@ -463,7 +459,7 @@ impl<'a, D: Driver> Way<'a, '_, D> {
             id,
             mut answer,
             mut taken,
-        } = carpool.board(carried(), patience);
+        } = carpool.board(carried(), self.patience);
         let waited = tokio::select! {
             biased;
             outcome = &mut answer => Waited::Carried(outcome),
@@ -479,9 +475,7 @@ impl<'a, D: Driver> Way<'a, '_, D> {
     async fn seat(&self) -> Result<Seat<'a, D>, EventStorageError> {
         let turn = match self.access {
             Access::Direct => None,
-            Access::Lane(standing, patience) => {
-                Some(self.link.yielding_turn(standing, patience).await)
-            }
+            Access::Lane(standing) => Some(self.link.yielding_turn(standing, self.patience).await),
         };
         Ok(Seat {
             connection: self.link.checkout(WHAT).await?,
