@@ -4,6 +4,7 @@
 //! are read as raw binary values (`try_get_raw`) and decoded by the adapter (`decode`), so no
 //! sqlx type mapping (and none of its `chrono`/`time` features) is involved.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -42,10 +43,13 @@ use tokio::sync::oneshot;
 /// goes back to the application's pool; and never while one of the storage's calls waits in
 /// that pool.
 ///
-/// A connect is not dropped with a caller that gave up: a checkout that finds no idle
-/// connection waits for one in a task of its own, so that a connection set up for a caller
-/// that left serves the next one instead of being thrown away half made. A wait that cannot
-/// connect (the pool is full) ends when its caller leaves.
+/// When every connection of a pool the storage built is busy with its calls, a checkout waits
+/// for the next one they give back, which is handed to it directly: no ping, no task, no
+/// place in sqlx's queue (a connection closed meanwhile sends the oldest such wait to the pool,
+/// which may open one). Otherwise a connect is not dropped with a caller that gave up: a
+/// checkout that finds no idle connection waits for one in a task of its own, so that a
+/// connection set up for a caller that left serves the next one instead of being thrown away
+/// half made. A wait that cannot connect (the pool is full) ends when its caller leaves.
 pub(crate) struct Sqlx {
     pool: PgPool,
     /// How many checkouts still ping first.
@@ -64,13 +68,17 @@ pub(crate) struct Sqlx {
 /// microseconds), short against anything an application waits for.
 pub(crate) const LINGER: Duration = Duration::from_millis(2);
 
-/// The connections a storage keeps between calls (each with when its call ended), and how many
-/// of its calls wait for one in the pool: while any does, a connection given back goes to the
-/// pool, where it waits.
+/// The connections a storage keeps between calls (each with when its call ended), and the
+/// storage's calls that wait for one: while any waits in the pool, a connection given back goes
+/// to the pool, where it waits.
 #[derive(Default)]
 struct Kept {
     idle: Vec<(PoolConnection<Postgres>, Instant)>,
+    /// How many checkouts wait in the pool (sqlx's queue).
     waiting: usize,
+    /// The checkouts of a full pool the storage built, oldest first, each waiting for a
+    /// connection one of the storage's calls gives back ([`Sqlx::acquire`]).
+    handoff: VecDeque<oneshot::Sender<PoolConnection<Postgres>>>,
     /// A task gives back connections kept longer than the linger.
     reaping: bool,
 }
@@ -81,14 +89,68 @@ impl Kept {
     }
 
     /// Lets go of every kept connection: back to the pool inside a Tokio runtime (sqlx gives a
-    /// connection back in a task), closed outside one.
+    /// connection back in a task), closed outside one. The checkouts waiting for a handed
+    /// connection go on waiting in the pool (which is closed, if the storage closed).
     fn release(kept: &Mutex<Kept>) {
-        let idle = std::mem::take(&mut Kept::lock(kept).idle);
+        let (idle, handoff) = {
+            let mut guard = Kept::lock(kept);
+            (
+                std::mem::take(&mut guard.idle),
+                std::mem::take(&mut guard.handoff),
+            )
+        };
+        drop(handoff);
         if tokio::runtime::Handle::try_current().is_ok() {
             drop(idle);
         } else {
             idle.into_iter().for_each(|(c, _)| drop(c.detach()));
         }
+    }
+
+    /// Sends the oldest checkout still waiting for a handed connection to wait in the pool
+    /// instead: a connection was closed, so the pool may open one.
+    fn wake_one(kept: &Mutex<Kept>) {
+        let mut guard = Kept::lock(kept);
+        while let Some(waiter) = guard.handoff.pop_front() {
+            if !waiter.is_closed() {
+                break;
+            }
+        }
+    }
+
+    /// Takes back `connection` after a call that left it sound: hands it to the oldest
+    /// checkout waiting for one, else keeps it for the next call (for at most `linger`, if
+    /// set), unless calls wait in the pool or the pool is closed: then it goes back to the pool.
+    fn give_back(
+        kept: &Arc<Mutex<Kept>>,
+        pool: &PgPool,
+        linger: Option<Duration>,
+        mut connection: PoolConnection<Postgres>,
+    ) {
+        let mut guard = Kept::lock(kept);
+        while let Some(waiter) = guard.handoff.pop_front() {
+            // A waiter whose caller left sends the connection back.
+            match waiter.send(connection) {
+                Ok(()) => return,
+                Err(back) => connection = back,
+            }
+        }
+        if guard.waiting > 0 || pool.is_closed() {
+            drop(guard);
+            return drop(connection);
+        }
+        if let Some(linger) = linger
+            && !guard.reaping
+        {
+            // Only inside a runtime can the connection go back later.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                drop(guard);
+                return drop(connection);
+            };
+            guard.reaping = true;
+            drop(runtime.spawn(Kept::reap(Arc::clone(kept), linger)));
+        }
+        guard.idle.push((connection, Instant::now()));
     }
 
     /// Gives back, every `linger`, the connections kept longer than that, until none is kept.
@@ -131,19 +193,53 @@ impl Sqlx {
         }
     }
 
-    /// A connection of the pool: a kept or idle one at once, else one waited for in a task of
-    /// its own (see the type's docs).
+    /// A connection of the pool: a kept or idle one at once; else, from a full pool the
+    /// storage built, the next one its calls give back; else one waited for in the pool, in a
+    /// task of its own (see the type's docs).
     async fn acquire(&self) -> Result<PoolConnection<Postgres>, Failure> {
         // Taking a kept connection and registering as waiting are one step, under the lock
         // that `give_back` decides under: no connection is kept while a call waits.
-        {
+        let handed = {
             let mut guard = Kept::lock(&self.kept);
             // The one kept longest is the first to go back: take the newest.
             if let Some((connection, _)) = guard.idle.pop() {
                 return Ok(connection);
             }
+            if let Some(connection) = self.pool.try_acquire() {
+                return Ok(connection);
+            }
+            // Every connection of a full pool the storage built is busy with one of its calls
+            // (or on its way back from an abandoned one): the next given back is handed over
+            // here, without sqlx's queue, its ping on every connection given back to it, or a
+            // task per wait. Past capacity, these made most of the sqlx driver's cost per call
+            // (`docs/benchmarks.md`, tenth session). An application's pool also serves the
+            // application, whose connections go back to the pool, so its waits stay there.
+            if self.linger.is_none() && full(&self.pool) {
+                let (hand, handed) = oneshot::channel();
+                guard.handoff.push_back(hand);
+                Some(handed)
+            } else {
+                guard.waiting += 1;
+                None
+            }
+        };
+        if let Some(handed) = handed {
+            if let Ok(connection) = handed.await {
+                return Ok(connection);
+            }
+            // Sent on: a connection was closed (the pool may open one), or the storage closed.
+            let mut guard = Kept::lock(&self.kept);
+            if let Some((connection, _)) = guard.idle.pop() {
+                return Ok(connection);
+            }
             guard.waiting += 1;
         }
+        self.wait_in_pool().await
+    }
+
+    /// A connection waited for in the pool, in a task of its own; the caller registered as
+    /// waiting.
+    async fn wait_in_pool(&self) -> Result<PoolConnection<Postgres>, Failure> {
         /// Unregisters the waiting call when the wait ends, also in a task whose caller left.
         struct Waited(Arc<Mutex<Kept>>);
         impl Drop for Waited {
@@ -153,13 +249,6 @@ impl Sqlx {
             }
         }
         let waited = Waited(Arc::clone(&self.kept));
-        if let Some(connection) = self.pool.try_acquire() {
-            drop(waited);
-            return Ok(connection);
-        }
-        // sqlx's acquire future holds a whole connect (some 29 KB): it is made inside the task
-        // that waits (or in a box), so that it is not part of every call's future, which
-        // every layer of the call would otherwise copy (see `lease::tests`).
         let pool = self.pool.clone();
         // A wait that starts with the pool full can only end with a connection another call
         // gives back, and it ends when its caller leaves (a timeout, or its request carried
@@ -169,11 +258,13 @@ impl Sqlx {
         // give it back with a ping: past capacity, with thousands of callers leaving, the pool
         // served them instead of calls (`scale`'s 3x overload on sqlx: goodput fell to 544
         // calls a second, `docs/benchmarks.md`). Any other wait may connect, and goes on.
-        let full = |pool: &PgPool| pool.size() >= pool.options().get_max_connections();
         let cancellable = full(&self.pool);
         let (_stays, left) = oneshot::channel::<()>();
         let wait = async move {
-            let mut acquire = std::pin::pin!(pool.acquire());
+            // sqlx's acquire future holds a whole connect (some 29 KB): boxed, so that the
+            // task (whose future is moved into its cell when spawned) stays small, and so that
+            // it is not part of every call's future either (see `lease::tests`).
+            let mut acquire = Box::pin(pool.acquire());
             let acquired = if cancellable {
                 tokio::select! {
                     biased;
@@ -231,6 +322,11 @@ impl Sqlx {
             linger: None,
         })
     }
+}
+
+/// Whether `pool` holds as many connections as it may (a connect under way counts).
+fn full(pool: &PgPool) -> bool {
+    pool.size() >= pool.options().get_max_connections()
 }
 
 fn failure(err: sqlx::Error) -> Failure {
@@ -338,44 +434,32 @@ impl Driver for Sqlx {
         // fault may have hit the pool's other connections too.
         drop(connection.detach());
         self.suspect_everything();
+        Kept::wake_one(&self.kept);
     }
 
-    /// An abandoned call's connection goes back to the pool if it answers a ping within
-    /// [`GRACE`] (sqlx reads and drops the abandoned statement's answer first), and is closed
-    /// otherwise (a statement waiting on a lock, say: sqlx does not expose the key a cancel
-    /// request needs). Before, every abandoned connection was closed, so a storage whose calls
-    /// all timed out replaced its connections as fast as they were abandoned.
+    /// An abandoned call's connection is taken back as after a sound call if it answers a
+    /// ping within [`GRACE`] (sqlx reads and drops the abandoned statement's answer first), and
+    /// is closed otherwise (a statement waiting on a lock, say: sqlx does not expose the key a
+    /// cancel request needs). Before, every abandoned connection was closed, so a storage whose
+    /// calls all timed out replaced its connections as fast as they were abandoned.
     fn abandon(&self, mut connection: PoolConnection<Postgres>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return self.discard(connection);
         };
+        let (kept, pool, linger) = (Arc::clone(&self.kept), self.pool.clone(), self.linger);
         runtime.spawn(async move {
             if let Ok(Ok(())) = tokio::time::timeout(GRACE, connection.ping()).await {
-                return drop(connection);
+                return Kept::give_back(&kept, &pool, linger, connection);
             }
             tracing::debug!(target: "tenure_postgres", "an abandoned call's connection stayed busy: closed");
-            let _ = tokio::time::timeout(GRACE, connection.detach().close()).await;
+            let closing = connection.detach();
+            Kept::wake_one(&kept);
+            let _ = tokio::time::timeout(GRACE, closing.close()).await;
         });
     }
 
     fn give_back(&self, connection: PoolConnection<Postgres>) {
-        let mut guard = Kept::lock(&self.kept);
-        if guard.waiting > 0 || self.pool.is_closed() {
-            drop(guard);
-            return drop(connection);
-        }
-        if let Some(linger) = self.linger
-            && !guard.reaping
-        {
-            // Only inside a runtime can the connection go back later.
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                drop(guard);
-                return drop(connection);
-            };
-            guard.reaping = true;
-            drop(runtime.spawn(Kept::reap(Arc::clone(&self.kept), linger)));
-        }
-        guard.idle.push((connection, Instant::now()));
+        Kept::give_back(&self.kept, &self.pool, self.linger, connection);
     }
 
     fn max_size(&self) -> usize {
@@ -429,11 +513,106 @@ mod tests {
         Kept::lock(&driver.kept).waiting
     }
 
+    /// How many checkouts wait for a connection handed over by another call.
+    fn waiting_for_a_hand(driver: &Sqlx) -> usize {
+        Kept::lock(&driver.kept)
+            .handoff
+            .iter()
+            .filter(|w| !w.is_closed())
+            .count()
+    }
+
+    /// A storage's own pool of one connection, with it checked out, and a checkout waiting for
+    /// it in a task.
+    async fn one_held_one_waiting() -> (
+        Arc<Sqlx>,
+        PoolConnection<Postgres>,
+        tokio::task::JoinHandle<Result<PoolConnection<Postgres>, Failure>>,
+    ) {
+        let info = ConnInfo::parse(&tenure_pg_test::required_server().url).unwrap();
+        let driver = Arc::new(Sqlx::from_conninfo(&info, 1, Duration::from_secs(60)).unwrap());
+        let held = driver.checkout().await.unwrap();
+        let waiter = tokio::spawn({
+            let driver = Arc::clone(&driver);
+            async move { driver.checkout().await }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while waiting_for_a_hand(&driver) == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            waiting_for_a_hand(&driver),
+            1,
+            "the checkout waits for a hand"
+        );
+        assert_eq!(waiting(&driver), 0, "and not in the pool");
+        (driver, held, waiter)
+    }
+
+    /// The connection a waiting checkout got within 5 s.
+    async fn handed(
+        waiter: tokio::task::JoinHandle<Result<PoolConnection<Postgres>, Failure>>,
+    ) -> PoolConnection<Postgres> {
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiting checkout got no connection")
+            .unwrap()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_connection_given_back_is_handed_to_the_waiting_checkout() {
+        let (driver, held, waiter) = one_held_one_waiting().await;
+        driver.give_back(held);
+        let mut got = handed(waiter).await;
+        let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
+        assert_eq!(rows.unwrap().len(), 1, "the handed connection serves calls");
+        drop(got);
+        driver.pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_checkout_waiting_for_a_hand_connects_when_a_connection_is_closed() {
+        let (driver, held, waiter) = one_held_one_waiting().await;
+        // Nothing is given back: the pool is no longer full, and the waiter opens a connection.
+        driver.discard(held);
+        let mut got = handed(waiter).await;
+        let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
+        assert_eq!(rows.unwrap().len(), 1);
+        drop(got);
+        driver.pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_call_s_connection_is_handed_to_the_waiting_checkout() {
+        for sleep in ["0.01", "0.5"] {
+            // Idle again within the grace (taken back), and busy past it (closed).
+            let (driver, mut held, waiter) = one_held_one_waiting().await;
+            let sql = Sql::from(format!("SELECT pg_sleep({sleep})"));
+            let call =
+                tokio::time::timeout(Duration::from_millis(2), Sqlx::query(&mut held, &sql, &[]))
+                    .await;
+            assert!(call.is_err(), "the call is abandoned in flight");
+            driver.abandon(held);
+            let mut got = handed(waiter).await;
+            let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
+            assert_eq!(rows.unwrap().len(), 1, "after a sleep of {sleep} s");
+            drop(got);
+            driver.pool.close().await;
+        }
+    }
+
     #[tokio::test]
     async fn a_wait_for_a_full_pool_ends_when_its_caller_leaves() {
-        let info = ConnInfo::parse(&tenure_pg_test::required_server().url).unwrap();
-        // sqlx's own bound on a wait (60 s) is far beyond the test's.
-        let driver = Sqlx::from_conninfo(&info, 1, Duration::from_secs(60)).unwrap();
+        // An application's pool, whose waits stay in the pool (a storage's own pool hands its
+        // connections over instead, tested above); sqlx's own bound on a wait (60 s) is far
+        // beyond the test's.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_lazy(&tenure_pg_test::required_server().url)
+            .unwrap();
+        let driver = Sqlx::new(pool);
         let held = driver.checkout().await.unwrap();
         for _ in 0..10 {
             let gave_up = tokio::time::timeout(Duration::from_millis(5), driver.checkout()).await;
