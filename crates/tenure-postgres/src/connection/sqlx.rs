@@ -549,26 +549,29 @@ mod tests {
         (driver, held, waiter)
     }
 
-    /// The connection a waiting checkout got within 5 s.
-    async fn handed(
+    /// Checks that the waiting checkout got a connection within 5 s, and that it serves a
+    /// statement; then closes the pool.
+    async fn served(
+        driver: Arc<Sqlx>,
         waiter: tokio::task::JoinHandle<Result<PoolConnection<Postgres>, Failure>>,
-    ) -> PoolConnection<Postgres> {
-        tokio::time::timeout(Duration::from_secs(5), waiter)
+        why: &str,
+    ) {
+        let mut got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
-            .expect("the waiting checkout got no connection")
+            .unwrap_or_else(|_| panic!("{why}: the waiting checkout got no connection"))
             .unwrap()
-            .unwrap()
+            .unwrap();
+        let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
+        assert_eq!(rows.unwrap().len(), 1, "{why}: the connection serves calls");
+        drop(got);
+        driver.pool.close().await;
     }
 
     #[tokio::test]
     async fn a_connection_given_back_is_handed_to_the_waiting_checkout() {
         let (driver, held, waiter) = one_held_one_waiting().await;
         driver.give_back(held);
-        let mut got = handed(waiter).await;
-        let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
-        assert_eq!(rows.unwrap().len(), 1, "the handed connection serves calls");
-        drop(got);
-        driver.pool.close().await;
+        served(driver, waiter, "given back").await;
     }
 
     #[tokio::test]
@@ -576,11 +579,7 @@ mod tests {
         let (driver, held, waiter) = one_held_one_waiting().await;
         // Nothing is given back: the pool is no longer full, and the waiter opens a connection.
         driver.discard(held);
-        let mut got = handed(waiter).await;
-        let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
-        assert_eq!(rows.unwrap().len(), 1);
-        drop(got);
-        driver.pool.close().await;
+        served(driver, waiter, "discarded").await;
     }
 
     #[tokio::test]
@@ -594,11 +593,12 @@ mod tests {
                     .await;
             assert!(call.is_err(), "the call is abandoned in flight");
             driver.abandon(held);
-            let mut got = handed(waiter).await;
-            let rows = Sqlx::query(&mut got, &Sql::from("SELECT 1"), &[]).await;
-            assert_eq!(rows.unwrap().len(), 1, "after a sleep of {sleep} s");
-            drop(got);
-            driver.pool.close().await;
+            served(
+                driver,
+                waiter,
+                &format!("abandoned during a sleep of {sleep} s"),
+            )
+            .await;
         }
     }
 
