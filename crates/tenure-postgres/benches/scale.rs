@@ -37,8 +37,9 @@
 //!   and, for the first second of the surge, how many calls of the first
 //!   leases and of the added ones were answered in time.
 //!
-//! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors, the
-//! server sessions opened (`pg_stat_database.sessions`) and the floor measured just after the
+//! It prints, per N: calls wanted and answered per second, p50/p99, timeouts and errors (and
+//! each error's message with its count, for the step and for each overload), the server
+//! sessions opened (`pg_stat_database.sessions`) and the floor measured just after the
 //! step, with each second of the window (calls answered in time, p99, from the window's start
 //! on the wall clock, to match with the server's and the system's logs) and the benchmark
 //! process's CPU time per call; then the largest N sustained, its lease calls/s, and their
@@ -73,7 +74,8 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use tenure_election::Backoff;
@@ -115,6 +117,32 @@ impl Call {
     }
 }
 
+/// The errors calls failed with since the last [`take_errors`], by message.
+static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+/// Counts a call's error by its message.
+fn tally(error: &dyn std::error::Error) {
+    let mut errors = ERRORS.lock().unwrap_or_else(PoisonError::into_inner);
+    *errors.entry(error.to_string()).or_default() += 1;
+}
+
+/// The errors counted since the last call, as "count × message" lines (none when there were
+/// none), and starts counting afresh.
+fn take_errors() -> Vec<String> {
+    let errors = std::mem::take(&mut *ERRORS.lock().unwrap_or_else(PoisonError::into_inner));
+    errors
+        .into_iter()
+        .map(|(m, n)| format!("{n} × {m}"))
+        .collect()
+}
+
+/// Prints what [`take_errors`] gave, if anything.
+fn print_errors(errors: &[String]) {
+    for e in errors {
+        println!("    error: {e}");
+    }
+}
+
 struct Step {
     leases: usize,
     wanted_per_s: f64,
@@ -131,6 +159,8 @@ struct Step {
     /// The benchmark process's CPU time per call over the whole step (its contenders and the
     /// storage: the client's share of the cores the server also runs on), if `/proc` says.
     client_cpu_per_call: Option<Duration>,
+    /// The errors calls failed with, by message ([`take_errors`]).
+    errors_by_message: Vec<String>,
 }
 
 impl Step {
@@ -274,7 +304,10 @@ async fn contend(
                 leads = response.status.holds_lease();
                 (Some(sent.elapsed()), false)
             }
-            Ok(Err(_)) => (None, true),
+            Ok(Err(e)) => {
+                tally(&e);
+                (None, true)
+            }
             Err(_) => (None, false),
         };
         calls.push(Call {
@@ -397,6 +430,7 @@ async fn step(url: &str, prefix: &str, leases: usize, admin: &tokio_postgres::Cl
         per_second,
         client_cpu_per_call: cpu.map(|cpu| cpu / calls.len().max(1) as u32),
         window_from,
+        errors_by_message: take_errors(),
     }
 }
 
@@ -423,6 +457,8 @@ struct Overload {
     first_second: ((usize, usize), (usize, usize, usize)),
     /// When the overload began, on the wall clock.
     surge_from: SystemTime,
+    /// The errors calls failed with, by message ([`take_errors`]).
+    errors_by_message: Vec<String>,
 }
 
 /// `leases` leases × 3 contenders for a ttl, then `factor - 1` times as many more (leases of
@@ -503,6 +539,7 @@ async fn overload(
         after_per_second,
         sessions: opened,
         surge_from,
+        errors_by_message: take_errors(),
     }
 }
 
@@ -593,6 +630,7 @@ fn main() {
                 wall(s.window_from),
                 per_second.join(" ")
             );
+            print_errors(&s.errors_by_message);
             if let Some(cpu) = s.client_cpu_per_call {
                 println!(
                     "    the benchmark process: {:.1} µs of CPU per call",
@@ -677,6 +715,7 @@ fn main() {
                     "    first second: the first leases' calls {base_answered} answered in time of \
                      {base_sent}; the added leases' {answered} of {sent} ({errors} errors)"
                 );
+                print_errors(&o.errors_by_message);
                 println!(
                     "    the floor before and after this overload: {floor_before:.0} and \
                      {floor_after:.0} UPDATEs/s ({:.0} either side of the sustained step)",
