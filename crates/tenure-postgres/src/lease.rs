@@ -21,6 +21,7 @@ mod carpool;
 
 use std::future::poll_fn;
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -30,11 +31,12 @@ use tenure_ports::{
     Sighting, Sightings, sort_contenders,
 };
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 pub(crate) use self::carpool::Carpools;
 use self::carpool::{Carpool, Carried, Load, Outcome, Ticket};
 use crate::connection::lane::{self, Standing};
-use crate::connection::{Checkout, Driver, Link, Param, Sql, one_row};
+use crate::connection::{Checkout, Detached, Driver, Link, Param, Sql, one_row};
 use crate::decode;
 use crate::error::Failure;
 use crate::prefix::TablePrefix;
@@ -221,7 +223,7 @@ fn sighting_params(sighting: Option<&Sighting>) -> [i64; 3] {
 /// `request_lease`: one call of `<prefix>request_lease_v4` or `_v5` (or, in tests, `_v1`); says
 /// how the record changed.
 pub(crate) async fn request<D: Driver>(
-    link: &Link<D>,
+    link: &Arc<Link<D>>,
     statements: &LeaseStatements,
     carpools: &Carpools<D::Row>,
     request: &LeaseRequest,
@@ -347,12 +349,12 @@ enum Access {
 /// goes back before the turn.
 struct Seat<'a, D: Driver> {
     connection: Checkout<'a, D>,
-    _turn: Option<lane::Turn<'a>>,
+    turn: Option<lane::Turn<'a>>,
 }
 
 /// The way of one request: its own call, or a place in another request's call ([`carpool`]).
 struct Way<'a, 'p, D> {
-    link: &'a Link<D>,
+    link: &'a Arc<Link<D>>,
     statements: &'a LeaseStatements,
     /// Its own call: `request_lease_v4` or `_v5` (or, in tests, another).
     sql: &'a Sql,
@@ -403,18 +405,16 @@ impl<'a, D: Driver> Way<'a, '_, D> {
                     own: carried(),
                     others,
                 };
-                return Box::pin(self.carry(seat, load)).await;
+                return carrying(self.carry(seat, load)).await;
             }
             Start::Boarded(id, answer, waited) => (id, answer, waited),
         };
         let outcome = match waited {
             Waited::Carried(outcome) => outcome,
             Waited::Taken => answer.await,
-            Waited::Seated(Ok(seat)) => match carpool.take(id, Instant::now()) {
-                // Boxed: inline, the carrying call's future made every request's larger
-                // (see `MOST` below), and only a request that gets a connection while others
-                // wait carries.
-                Some(load) => return Box::pin(self.carry(seat, load)).await,
+            Waited::Seated(Ok(mut seat)) => match carpool.take(id, Instant::now()) {
+                Some(load) if load.others.is_empty() => return self.own_call(&mut seat).await,
+                Some(load) => return carrying(self.carry(seat, load)).await,
                 // Another request's call carries it: its answer comes from there.
                 None => {
                     drop(seat);
@@ -436,7 +436,9 @@ impl<'a, D: Driver> Way<'a, '_, D> {
                 "{WHAT}: {why}; the outcome is unknown"
             ))),
             Err(_) => Err(EventStorageError::unavailable(format!(
-                "{WHAT}: the call that carried this request was abandoned; the outcome is unknown"
+                "{WHAT}: the call that carried this request got no answer within {:?}; the \
+                 outcome is unknown",
+                self.link.call_timeout()
             ))),
         }
     }
@@ -479,7 +481,7 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         };
         Ok(Seat {
             connection: self.link.checkout(WHAT).await?,
-            _turn: turn,
+            turn,
         })
     }
 
@@ -498,73 +500,137 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         one_row(WHAT, rows)
     }
 
-    /// On `seat`: one call for its own request and those of `load` (its own call when it
-    /// carries none); each carried request is told its [`Outcome`].
-    async fn carry(
+    /// On `seat`, in a task of its own bounded by the call timeout: one call for its own
+    /// request and those of `load`; each carried request is told its [`Outcome`]. If this
+    /// request's caller leaves (its own timeout, a dropped future), the call goes on, and the
+    /// requests it carries still get their answers.
+    fn carry(
         &self,
-        mut seat: Seat<'a, D>,
+        seat: Seat<'a, D>,
         load: Load<D::Row>,
-    ) -> Result<D::Row, EventStorageError> {
-        if load.others.is_empty() {
-            return self.own_call(&mut seat).await;
-        }
-        let sent = carried_call(&mut seat.connection, self.statements, &load).await;
-        let own = match sent {
-            Ok(rows) if rows.len() == load.others.len() + 1 => {
-                let mut rows = rows.into_iter();
-                let own = rows.next();
-                for ((_, answer), row) in load.others.into_iter().zip(rows) {
-                    let outcome = match decode::lease::decided(&row) {
-                        Ok(true) => Outcome::Answered(row),
-                        Ok(false) => Outcome::Alone,
-                        Err(e) => Outcome::Failed(e.to_string()),
-                    };
-                    let _ = answer.send(outcome);
-                }
-                own.filter(|row| decode::lease::decided(row).unwrap_or(false))
-            }
-            Ok(rows) => {
-                let why = format!(
-                    "request_leases_v1 answered {} rows for {} requests",
-                    rows.len(),
-                    load.others.len() + 1
-                );
-                for (_, answer) in load.others {
-                    let _ = answer.send(Outcome::Failed(why.clone()));
-                }
-                return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
-            }
-            // Refused as a whole, in autocommit: nothing was written, and the connection is
-            // sound. Each goes on its own, to its own error or answer.
-            Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
-                tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
-                for (_, answer) in load.others {
-                    let _ = answer.send(Outcome::Alone);
-                }
-                None
-            }
-            Err(e) => {
-                let e = e.into_storage(WHAT);
-                let why = format!("the call that carried this request failed: {e}");
-                for (_, answer) in load.others {
-                    let _ = answer.send(Outcome::Failed(why.clone()));
-                }
-                return Err(e);
-            }
-        };
-        match own {
-            Some(row) => Ok(row),
-            // Its own request was left undecided (its lease's lock is held elsewhere): its own
-            // call, on the same connection.
-            None => self.own_call(&mut seat).await,
+    ) -> JoinHandle<Result<D::Row, EventStorageError>> {
+        let detached = self.link.detach(seat.connection, seat.turn);
+        let sql = Sql::clone(&self.statements.request_carried);
+        let own_sql = Sql::clone(self.statements.request(load.own.held, None));
+        tokio::spawn(carry_detached(detached, sql, own_sql, load))
+    }
+}
+
+/// The answer of a call that carries others, from its task ([`Way::carry`]).
+async fn carrying<R>(
+    call: JoinHandle<Result<R, EventStorageError>>,
+) -> Result<R, EventStorageError> {
+    match call.await {
+        Ok(answer) => answer,
+        Err(e) => Err(EventStorageError::internal(format!(
+            "{WHAT}: the task of the call that carried this request ended: {e}"
+        ))),
+    }
+}
+
+/// The task of a call that carries others: [`carry`] on `detached`, within the call timeout.
+/// `sql` is `request_leases_v1`'s statement, `own_sql` the own request's own call.
+async fn carry_detached<D: Driver>(
+    mut detached: Detached<D>,
+    sql: Sql,
+    own_sql: Sql,
+    load: Load<D::Row>,
+) -> Result<D::Row, EventStorageError> {
+    let timeout = detached.link().call_timeout();
+    let (connection, turn) = detached.attach();
+    let mut seat = Seat { connection, turn };
+    match tokio::time::timeout(timeout, carry(&mut seat, &sql, &own_sql, load)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(target: "tenure_postgres", what = WHAT, ?timeout, "carrying call timed out");
+            Err(EventStorageError::unavailable(format!(
+                "{WHAT}: no answer from PostgreSQL within {timeout:?}; the outcome is unknown"
+            )))
         }
     }
+}
+
+/// On `seat`: one call of `sql` (`request_leases_v1`) for `load`'s own request and the others;
+/// each carried request is told its [`Outcome`]; the own request's answer, from its own call
+/// of `own_sql` on the same connection if the carrying call left it undecided.
+async fn carry<D: Driver>(
+    seat: &mut Seat<'_, D>,
+    sql: &Sql,
+    own_sql: &Sql,
+    load: Load<D::Row>,
+) -> Result<D::Row, EventStorageError> {
+    let sent = carried_call(&mut seat.connection, sql, &load).await;
+    let own = match sent {
+        Ok(rows) if rows.len() == load.others.len() + 1 => {
+            let mut rows = rows.into_iter();
+            let own = rows.next();
+            for ((_, answer), row) in load.others.into_iter().zip(rows) {
+                let outcome = match decode::lease::decided(&row) {
+                    Ok(true) => Outcome::Answered(row),
+                    Ok(false) => Outcome::Alone,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                };
+                let _ = answer.send(outcome);
+            }
+            own.filter(|row| decode::lease::decided(row).unwrap_or(false))
+        }
+        Ok(rows) => {
+            let why = format!(
+                "request_leases_v1 answered {} rows for {} requests",
+                rows.len(),
+                load.others.len() + 1
+            );
+            for (_, answer) in load.others {
+                let _ = answer.send(Outcome::Failed(why.clone()));
+            }
+            return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
+        }
+        // Refused as a whole, in autocommit: nothing was written, and the connection is
+        // sound. Each goes on its own, to its own error or answer.
+        Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
+            tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
+            for (_, answer) in load.others {
+                let _ = answer.send(Outcome::Alone);
+            }
+            None
+        }
+        Err(e) => {
+            let e = e.into_storage(WHAT);
+            let why = format!("the call that carried this request failed: {e}");
+            for (_, answer) in load.others {
+                let _ = answer.send(Outcome::Failed(why.clone()));
+            }
+            return Err(e);
+        }
+    };
+    if let Some(row) = own {
+        return Ok(row);
+    }
+    // Its own request was left undecided (its lease's lock is held elsewhere): its own call,
+    // on the same connection, as the request would have made it.
+    let own = &load.own;
+    let [seen_token, seen_heartbeat, seen_for] = own.seen;
+    let params = [
+        Param::Text(&own.lease_name),
+        Param::Text(&own.owner),
+        Param::Int8(own.priority),
+        Param::Int8(own.ttl_micros),
+        Param::Int8(seen_token),
+        Param::Int8(seen_heartbeat),
+        Param::Int8(seen_for),
+    ];
+    let rows = seat
+        .connection
+        .query(own_sql, &params)
+        .await
+        .map_err(|e| e.into_storage(WHAT))?;
+    one_row(WHAT, rows)
 }
 
 /// One call of `request_leases_v1` for the requests of `load`, its own first.
 async fn carried_call<D: Driver, R>(
     connection: &mut Checkout<'_, D>,
-    statements: &LeaseStatements,
+    sql: &Sql,
     load: &Load<R>,
 ) -> Result<Vec<D::Row>, Failure> {
     let requests = || std::iter::once(&load.own).chain(load.others.iter().map(|(r, _)| r));
@@ -579,7 +645,7 @@ async fn carried_call<D: Driver, R>(
     let held: Vec<bool> = requests().map(|r| r.held).collect();
     connection
         .query(
-            &statements.request_carried,
+            sql,
             &[
                 Param::TextRefs(&names),
                 Param::TextRefs(&owners),
@@ -661,6 +727,7 @@ pub(crate) async fn contenders<D: Driver>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use tenure_conninfo::ConnInfo;
@@ -682,10 +749,11 @@ mod tests {
     /// carrying call inline, and 1.8 KB on sqlx, 3.4 KB on deadpool with it boxed; with the
     /// connection's future polled once before boarding, 5.7 KB on deadpool while that future
     /// was held in the request's own state (awaited twice), 3.7 KB (and 2.0 KB on sqlx) with
-    /// it in a future of its own (`Way::start`).
+    /// it in a future of its own (`Way::start`); the same with the carrying call in a task of
+    /// its own (`Way::carry`).
     const MOST: usize = 4096;
 
-    fn size_of_request<D: Driver>(link: &Link<D>) -> usize {
+    fn size_of_request<D: Driver>(link: &Arc<Link<D>>) -> usize {
         let statements = LeaseStatements::new(&TablePrefix::new("tenure_").unwrap());
         let sightings = Sightings::new();
         let carpools = Carpools::default();
@@ -713,7 +781,7 @@ mod tests {
         let driver =
             crate::connection::deadpool::Deadpool::from_conninfo(&info(), 8, timeout, timeout)
                 .unwrap();
-        let size = size_of_request(&Link::new(driver, timeout, true));
+        let size = size_of_request(&Arc::new(Link::new(driver, timeout, true)));
         assert!(size <= MOST, "a lease request's future is {size} bytes");
     }
 
@@ -722,7 +790,7 @@ mod tests {
     async fn a_lease_request_on_sqlx_holds_no_large_future() {
         let timeout = Duration::from_secs(1);
         let driver = crate::connection::sqlx::Sqlx::from_conninfo(&info(), 8, timeout).unwrap();
-        let size = size_of_request(&Link::new(driver, timeout, true));
+        let size = size_of_request(&Arc::new(Link::new(driver, timeout, true)));
         assert!(size <= MOST, "a lease request's future is {size} bytes");
     }
 }

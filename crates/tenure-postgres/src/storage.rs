@@ -53,7 +53,7 @@ impl fmt::Display for PostgresDriver {
 
 /// Everything a storage needs on one driver: the driver with its timeout, and the statements.
 pub(crate) struct Adapter<D: Driver> {
-    pub(crate) link: Link<D>,
+    pub(crate) link: Arc<Link<D>>,
     pub(crate) prefix: TablePrefix,
     pub(crate) leases: LeaseStatements,
     pub(crate) events: EventStatements,
@@ -70,7 +70,7 @@ pub(crate) struct Adapter<D: Driver> {
 impl<D: Driver> Adapter<D> {
     pub(crate) fn new(link: Link<D>, prefix: TablePrefix, visibility_wait: Duration) -> Self {
         Adapter {
-            link,
+            link: Arc::new(link),
             leases: LeaseStatements::new(&prefix),
             events: EventStatements::new(&prefix),
             prefix,
@@ -256,7 +256,10 @@ impl EventStorage for PostgresEventStorage {
     /// # Cancel safety
     ///
     /// Dropping the future (or hitting the call timeout) leaves the outcome unknown: the
-    /// server may still complete the call. The connection is then closed rather than reused.
+    /// server may still complete the call. A statement in flight is then cancelled or its
+    /// connection closed, never reused before it is known to be over; but a call that carries
+    /// other requests waiting for a connection goes on in its own task, so that those get their
+    /// answers.
     async fn request_lease(
         &self,
         request: &LeaseRequest,

@@ -506,6 +506,10 @@ async fn calls_of(database: &TempDatabase, function: &str) -> i64 {
         .get(0)
 }
 
+/// The handle of a spawned lease request.
+type Answer =
+    tokio::task::JoinHandle<Result<tenure_ports::LeaseResponse, tenure_ports::EventStorageError>>;
+
 /// A pool of two (one turn in the standbys' lane), the turn held by a newcomer's request of
 /// lease "x" that waits on its lock (held elsewhere), and the holder `h` of each lease of
 /// `leases`; then a standby's request of each of `leases` (owner `s`), all waiting in the lane,
@@ -519,12 +523,8 @@ async fn standbys_waiting(
     PostgresEventStorage,
     tokio_postgres::Client,
     Option<tokio_postgres::Client>,
-    tokio::task::JoinHandle<Result<tenure_ports::LeaseResponse, tenure_ports::EventStorageError>>,
-    Vec<
-        tokio::task::JoinHandle<
-            Result<tenure_ports::LeaseResponse, tenure_ports::EventStorageError>,
-        >,
-    >,
+    Answer,
+    Vec<Answer>,
 ) {
     let name = tenure_pg_test::unique_name("tenure_carried");
     let storage = storage(database, driver, &name, 2, Duration::from_secs(20)).await;
@@ -610,23 +610,31 @@ async fn a_carried_request_whose_lease_is_busy_goes_on_its_own(driver: PostgresD
 }
 }
 
-on_each_driver! {
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: PostgresDriver) {
-    // A pool of one, its connection held by the renewal of lease "x", which waits on x's lock
-    // (held elsewhere); the holders of five other leases renew meanwhile. When x's lock is let
-    // go, the renewal that gets the connection carries the four others: one call of
-    // request_leases_v1, counted by the server, and each renewed as on its own.
-    let database = counting_calls().await;
+/// A pool of one, its connection held by the renewal of lease "x" (owner `n`, the handle
+/// returned second), which waits on x's lock, held by the session returned; then the renewal
+/// of each of `leases` by its holder `h`, waiting for the connection, in the order of
+/// `leases` (each made once the one before waits).
+async fn renewals_waiting(
+    database: &TempDatabase,
+    driver: PostgresDriver,
+    leases: &[&'static str],
+) -> (
+    PostgresEventStorage,
+    tokio_postgres::Client,
+    Answer,
+    Vec<Answer>,
+) {
     let name = tenure_pg_test::unique_name("tenure_renewals");
-    let storage = storage(&database, driver, &name, 1, Duration::from_secs(20)).await;
+    let storage = storage(database, driver, &name, 1, Duration::from_secs(20)).await;
     let ttl = Duration::from_secs(30);
-    let leases = ["l0", "l1", "l2", "l3", "l4"];
     for (lease, owner) in leases.iter().map(|l| (*l, "h")).chain([("x", "n")]) {
         let first = LeaseRequest::new(lease, owner, 0, ttl);
-        assert_eq!(storage.request_lease(&first).await.unwrap().status, LeaseStatus::Leader);
+        assert_eq!(
+            storage.request_lease(&first).await.unwrap().status,
+            LeaseStatus::Leader
+        );
     }
-    let x = holding_lock(&database, "x").await;
+    let x = holding_lock(database, "x").await;
     let renew = |lease: &'static str, owner: &'static str| {
         let storage = storage.clone();
         let request = LeaseRequest::new(lease, owner, 0, ttl);
@@ -634,14 +642,28 @@ async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: Postg
     };
     let blocked = renew("x", "n");
     blocked_on_lock_in(database.name(), "t_", "request_lease_v4").await;
-    let renewals: Vec<_> = leases.iter().map(|lease| renew(lease, "h")).collect();
-    for _ in 0..1000 {
-        if storage.renewals_waiting() == leases.len() {
-            break;
+    let mut renewals = Vec::new();
+    for lease in leases {
+        renewals.push(renew(lease, "h"));
+        for _ in 0..1000 {
+            if storage.renewals_waiting() == renewals.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(storage.renewals_waiting(), renewals.len());
     }
-    assert_eq!(storage.renewals_waiting(), leases.len());
+    (storage, x, blocked, renewals)
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: PostgresDriver) {
+    // When x's lock is let go, the renewal that gets the connection carries the four others:
+    // one call of request_leases_v1, counted by the server, and each renewed as on its own.
+    let database = counting_calls().await;
+    let leases = ["l0", "l1", "l2", "l3", "l4"];
+    let (storage, x, blocked, renewals) = renewals_waiting(&database, driver, &leases).await;
     x.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(blocked.await.unwrap().unwrap().status, LeaseStatus::Leader);
     for (renewal, lease) in renewals.into_iter().zip(leases) {
@@ -655,5 +677,45 @@ async fn renewals_waiting_for_a_connection_are_carried_in_one_call(driver: Postg
     assert_eq!(calls_of(&database, "request_leases_v1").await, 1);
     // x's renewal on its own, and the five carried ones.
     assert_eq!(calls_of(&database, "request_lease_v4").await, 6);
+}
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carrying_call_whose_caller_leaves_answers_those_it_carries(driver: PostgresDriver) {
+    // l0's renewal, first in the pool's queue, gets the connection when x's lock is let go and
+    // carries the four others; its call waits on l0's record, locked elsewhere. Then l0's
+    // caller leaves. The carried renewals are still answered, by the same one call.
+    let database = counting_calls().await;
+    let leases = ["l0", "l1", "l2", "l3", "l4"];
+    let (storage, x, blocked, mut renewals) = renewals_waiting(&database, driver, &leases).await;
+    let record = tenure_pg_test::connect(&with_database(&server().url, database.name()))
+        .await
+        .unwrap();
+    record
+        .batch_execute("BEGIN; SELECT 1 FROM t_leases WHERE lease_name = 'l0' FOR UPDATE")
+        .await
+        .unwrap();
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    blocked_on_lock_in(database.name(), "t_", "request_leases_v1").await;
+    let carrier = renewals.remove(0);
+    carrier.abort();
+    assert!(carrier.await.unwrap_err().is_cancelled());
+    record.batch_execute("ROLLBACK").await.unwrap();
+    for (renewal, lease) in renewals.into_iter().zip(&leases[1..]) {
+        let answer = renewal.await.unwrap();
+        let answer = answer.unwrap_or_else(|e| panic!("{lease}: {e}"));
+        assert_eq!(answer.status, LeaseStatus::Leader, "{lease}");
+        assert_eq!(answer.fencing_token.get(), 1);
+    }
+    // The carrying call's connection, sound, serves the next call.
+    let next = LeaseRequest::new("l0", "h", 0, Duration::from_secs(30));
+    assert_eq!(storage.request_lease(&next).await.unwrap().status, LeaseStatus::Leader);
+    storage.close().await.unwrap();
+    drop((x, record));
+    assert_eq!(calls_of(&database, "request_leases_v1").await, 1);
+    // x's renewal, the five carried ones (l0's included: its call went on), and l0's next.
+    assert_eq!(calls_of(&database, "request_lease_v4").await, 7);
 }
 }

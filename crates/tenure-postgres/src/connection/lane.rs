@@ -225,6 +225,21 @@ pub(crate) struct Turn<'a> {
     lane: &'a Lane,
 }
 
+impl Turn<'_> {
+    /// Keeps the turn taken past this value, for [`Lane::taken_over`] to make its next holder
+    /// (a call that goes on in a task of its own, see [`Detached`](super::Detached)).
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Lane {
+    /// The holder of a turn kept with [`Turn::keep`]; exactly one per kept turn.
+    pub(crate) fn taken_over(&self) -> Turn<'_> {
+        Turn { lane: self }
+    }
+}
+
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         self.lane.give_back();
@@ -299,6 +314,21 @@ mod tests {
         let mut queue = Queue::new(7);
         queue.free = 0;
         queue
+    }
+
+    #[test]
+    fn a_kept_turn_is_given_back_by_its_next_holder_only() {
+        let lane = Lane::new(1);
+        let mut next = pin!(lane.turn(Standing::Established, PATIENCE));
+        let mut cx = Context::from_waker(Waker::noop());
+        let Poll::Ready(turn) = next.as_mut().poll(&mut cx) else {
+            panic!("a free turn was not taken at once");
+        };
+        turn.keep();
+        let mut waiter = pin!(lane.turn(Standing::Established, PATIENCE));
+        assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        drop(lane.taken_over());
+        assert!(waiter.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]

@@ -272,6 +272,22 @@ impl<D: Driver> Link<D> {
         one_row(what, self.query(what, sql, params).await?)
     }
 
+    /// Moves `connection`, fresh from [`checkout`](Self::checkout) (with the yielding lane's
+    /// `turn` it was checked out under, if any), out of its call, so that a task of its own
+    /// can go on with it when the call's caller leaves: see [`Detached`].
+    pub(crate) fn detach(
+        self: &Arc<Self>,
+        connection: Checkout<'_, D>,
+        turn: Option<lane::Turn<'_>>,
+    ) -> Detached<D> {
+        let connection = connection.into_fresh();
+        Detached {
+            link: Arc::clone(self),
+            connection,
+            turn: turn.map(lane::Turn::keep).is_some(),
+        }
+    }
+
     /// How many standbys' requests wait for a turn of the yielding lane.
     #[cfg(feature = "testing")]
     pub(crate) fn waiting_in_lane(&self) -> usize {
@@ -293,6 +309,47 @@ impl<D: Driver> Link<D> {
         patience: Duration,
     ) -> lane::Turn<'_> {
         self.yielding.turn(standing, patience).await
+    }
+}
+
+/// A connection checked out for a call, and the lane's turn it was checked out under (if any),
+/// moved out of the call ([`Link::detach`]) into a task of its own, with the storage's link:
+/// the call goes on there however long its caller waits. Made into a [`Checkout`] and a turn
+/// again with [`attach`](Self::attach); dropped before that, it gives both back.
+pub(crate) struct Detached<D: Driver> {
+    link: Arc<Link<D>>,
+    connection: Option<D::Connection>,
+    turn: bool,
+}
+
+impl<D: Driver> Detached<D> {
+    /// The connection as a [`Checkout`] again, and the turn (if any), given back when they are
+    /// dropped, the connection first.
+    pub(crate) fn attach(&mut self) -> (Checkout<'_, D>, Option<lane::Turn<'_>>) {
+        let turn = std::mem::take(&mut self.turn).then(|| self.link.yielding.taken_over());
+        let checkout = Checkout {
+            driver: &self.link.driver,
+            connection: self.connection.take(),
+            reusable: true,
+            in_flight: false,
+        };
+        (checkout, turn)
+    }
+
+    /// The storage's link.
+    pub(crate) fn link(&self) -> &Link<D> {
+        &self.link
+    }
+}
+
+impl<D: Driver> Drop for Detached<D> {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            self.link.driver.give_back(connection);
+        }
+        if std::mem::take(&mut self.turn) {
+            drop(self.link.yielding.taken_over());
+        }
     }
 }
 
@@ -361,6 +418,16 @@ impl<D: Driver> Checkout<'_, D> {
     /// Closes the connection instead of returning it to the pool.
     pub(crate) fn discard(&mut self) {
         self.reusable = false;
+    }
+
+    /// The connection, if it is fresh from the pool or its last statement left it sound (for
+    /// [`Link::detach`]); otherwise it is dealt with as on drop, and `None`.
+    fn into_fresh(mut self) -> Option<D::Connection> {
+        if self.reusable && !self.in_flight {
+            self.connection.take()
+        } else {
+            None
+        }
     }
 }
 
