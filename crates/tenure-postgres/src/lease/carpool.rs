@@ -31,7 +31,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// The most requests one call carries, its own included.
-pub(crate) const MOST_CARRIED: usize = 32;
+///
+/// Past capacity the calls are full, and the call's own cost (the round trip, the statement,
+/// its transaction) is shared by this many requests. 64 rather than the first 32: in a 3x
+/// overload of 6,000 leases (`benches/scale.rs`), alternated with 32 on the same hour, the
+/// least second's goodput was higher in all four pairs (by 1 % to 37 %; the eleventh session's
+/// section of `docs/benchmarks.md`). 128 measured a little higher again in two pairs, but it
+/// doubles once more how long a call holds its leases' locks and how many requests one broken
+/// connection fails.
+pub(crate) const MOST_CARRIED: usize = 64;
 
 /// A standby's request as the call's arrays take it.
 #[derive(Clone, Debug, PartialEq, Eq)]
