@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 pub(crate) use self::carpool::Carpools;
 use self::carpool::{Carpool, Carried, Load, Outcome, Ticket};
 use crate::connection::lane::{self, Standing};
-use crate::connection::{Checkout, Detached, Driver, Link, Param, Sql, one_row};
+use crate::connection::{Checkout, Detached, Driver, Link, Param, Sql, one_row, timed_out};
 use crate::decode;
 use crate::error::Failure;
 use crate::prefix::TablePrefix;
@@ -541,12 +541,7 @@ async fn carry_detached<D: Driver>(
     let mut seat = Seat { connection, turn };
     match tokio::time::timeout(timeout, carry(&mut seat, &sql, &own_sql, load)).await {
         Ok(answer) => answer,
-        Err(_) => {
-            tracing::warn!(target: "tenure_postgres", what = WHAT, ?timeout, "carrying call timed out");
-            Err(EventStorageError::unavailable(format!(
-                "{WHAT}: no answer from PostgreSQL within {timeout:?}; the outcome is unknown"
-            )))
-        }
+        Err(_) => Err(timed_out(WHAT, timeout)),
     }
 }
 

@@ -217,12 +217,7 @@ impl<D: Driver> Link<D> {
         let timeout = self.call_timeout;
         match tokio::time::timeout(timeout, work()).await {
             Ok(result) => result,
-            Err(_) => {
-                tracing::warn!(target: "tenure_postgres", what, ?timeout, "call timed out");
-                Err(EventStorageError::unavailable(format!(
-                    "{what}: no answer from PostgreSQL within {timeout:?}; the outcome is unknown"
-                )))
-            }
+            Err(_) => Err(timed_out(what, timeout)),
         }
     }
 
@@ -351,6 +346,14 @@ impl<D: Driver> Drop for Detached<D> {
             drop(self.link.yielding.taken_over());
         }
     }
+}
+
+/// The error of a call `what` that got no answer within `timeout` (logged as it is made).
+pub(crate) fn timed_out(what: &'static str, timeout: Duration) -> EventStorageError {
+    tracing::warn!(target: "tenure_postgres", what, ?timeout, "call timed out");
+    EventStorageError::unavailable(format!(
+        "{what}: no answer from PostgreSQL within {timeout:?}; the outcome is unknown"
+    ))
 }
 
 /// The one row of an answer that must have exactly one.
