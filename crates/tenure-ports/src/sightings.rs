@@ -8,6 +8,7 @@
 //! [`Sightings::before`] gives the sighting to send with a request, [`Sightings::after`]
 //! records what the answer showed.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -15,10 +16,18 @@ use std::time::{Duration, Instant};
 use tenure_domain::{FencingToken, Lease, Sighting, Timestamp};
 
 /// At most this many (lease, owner) pairs are remembered; past it, the ones unused for
-/// [`IDLE`] are forgotten, then all if that left more than three quarters of it (so that each
-/// pruning frees a quarter at least, and the walk over the table it costs is paid once per
-/// many insertions). Forgetting is always safe: it only delays a takeover.
-const CAPACITY: usize = 65_536;
+/// [`IDLE`] are forgotten, then the least recently used until three quarters of it are left
+/// (so that each pruning frees a quarter at least, and the walks over the table it costs are
+/// paid once per many insertions). Forgetting is safe, but not free: it delays a takeover,
+/// and an owner that held its lease loses the hint that its next request is a renewal
+/// ([`Sightings::held_at_last_answer`]), which an adapter uses to let renewals pass standbys'
+/// requests when its connections are scarce. So the pairs in use are never the ones forgotten
+/// while others are older, and the bound is far above what one process calls for: a
+/// table of 65,536 pairs, emptied whenever it filled, made every leader of a process with
+/// 81,000 pairs (27,000 leases × 3 contenders) a newcomer every few seconds, and a third of
+/// their renewals late under overload (`docs/benchmarks.md`, 2026-12-07). About 130 bytes a
+/// pair: 34 MB when full.
+const CAPACITY: usize = 1 << 18;
 const IDLE: Duration = Duration::from_secs(600);
 
 /// What the owners of one process have seen of their leases' tenures, on this process's
@@ -178,14 +187,30 @@ impl Table {
         self.by_pair.remove(self.scratch.as_slice());
     }
 
-    /// Forgets the sightings unused for [`IDLE`] at `now`, then all if more than three quarters
-    /// of [`CAPACITY`] are left.
+    /// Forgets the sightings unused for [`IDLE`] at `now`, then the least recently used until
+    /// three quarters of [`CAPACITY`] are left.
     fn prune(&mut self, now: Instant) {
         self.by_pair
             .retain(|_, seen| now.saturating_duration_since(seen.last_used) < IDLE);
-        if self.by_pair.len() > CAPACITY / 4 * 3 {
-            self.by_pair.clear();
-        }
+        let keep = CAPACITY / 4 * 3;
+        let Some(excess) = self.by_pair.len().checked_sub(keep).filter(|&n| n > 0) else {
+            return;
+        };
+        // The last use of the newest pair to forget: every pair used before it goes, and of
+        // those used at that very instant, only as many as the bound needs.
+        let mut uses: Vec<Instant> = self.by_pair.values().map(|seen| seen.last_used).collect();
+        let (_, &mut cut, _) = uses.select_nth_unstable(excess - 1);
+        let mut at_cut = excess - uses.iter().filter(|&&used| used < cut).count();
+        self.by_pair
+            .retain(|_, seen| match seen.last_used.cmp(&cut) {
+                Ordering::Less => false,
+                Ordering::Greater => true,
+                Ordering::Equal if at_cut > 0 => {
+                    at_cut -= 1;
+                    false
+                }
+                Ordering::Equal => true,
+            });
     }
 }
 
@@ -273,6 +298,30 @@ mod tests {
         }
         let total = sightings.lock().by_pair.len();
         assert!(total <= CAPACITY, "{total}");
+    }
+
+    #[test]
+    fn the_least_recently_used_pairs_are_forgotten_first() {
+        let sightings = Sightings::new();
+        let t0 = Instant::now();
+        let at = |n: usize| t0 + Duration::from_micros(n as u64);
+        // The table fills, each pair a microsecond after the one before; then the first pair
+        // asks again, and is the most recently used.
+        for n in 0..CAPACITY {
+            sightings.after(&lease(1, 0), &format!("owner-{n}"), at(n));
+        }
+        assert!(sightings.before("l", "owner-0", at(CAPACITY)).is_some());
+        // One more pair prunes the table: a quarter of it goes, the least recently used.
+        sightings.after(&lease(1, 0), "newcomer", at(CAPACITY + 1));
+        let total = sightings.lock().by_pair.len();
+        assert_eq!(total, CAPACITY / 4 * 3 + 1);
+        let kept = |owner: &str| sightings.lock().get_mut("l", owner).is_some();
+        assert!(kept("owner-0"), "the pair used last is kept");
+        assert!(kept("newcomer"));
+        assert!(kept(&format!("owner-{}", CAPACITY - 1)));
+        assert!(!kept("owner-1"), "the pair used least recently goes");
+        assert!(!kept(&format!("owner-{}", CAPACITY / 4)));
+        assert!(kept(&format!("owner-{}", CAPACITY / 4 + 1)));
     }
 
     #[test]
