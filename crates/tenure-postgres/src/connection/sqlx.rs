@@ -386,18 +386,23 @@ fn encoded_len(param: &Param<'_>) -> usize {
     /// An array's header: dimensions, flags, element type, then one dimension's length and
     /// lower bound.
     const ARRAY: usize = 20;
-    let prefixed = |n: usize| 4 + n;
-    let array = |elements: usize, each: usize| prefixed(ARRAY + elements * prefixed(each));
+    fn prefixed(len: usize) -> usize {
+        4 + len
+    }
+    /// An array of elements of these lengths.
+    fn array(lens: impl Iterator<Item = usize>) -> usize {
+        prefixed(ARRAY + lens.map(prefixed).sum::<usize>())
+    }
     match *param {
         Param::Text(v) => prefixed(v.len()),
         Param::OptionalText(v) => prefixed(v.map_or(0, str::len)),
         Param::Int8(_) => prefixed(8),
         Param::Bool(_) => prefixed(1),
-        Param::Texts(v) => prefixed(ARRAY + v.iter().map(|t| prefixed(t.len())).sum::<usize>()),
-        Param::TextRefs(v) => prefixed(ARRAY + v.iter().map(|t| prefixed(t.len())).sum::<usize>()),
-        Param::Int8s(v) => array(v.len(), 8),
-        Param::Bools(v) => array(v.len(), 1),
-        Param::Jsonbs(v) => array(v.len(), 1 + 64),
+        Param::Texts(v) => array(v.iter().map(String::len)),
+        Param::TextRefs(v) => array(v.iter().map(|t| t.len())),
+        Param::Int8s(v) => array(std::iter::repeat_n(8, v.len())),
+        Param::Bools(v) => array(std::iter::repeat_n(1, v.len())),
+        Param::Jsonbs(v) => array(std::iter::repeat_n(1 + 64, v.len())),
     }
 }
 
