@@ -29,7 +29,10 @@
 //!   after a deploy) for 30 s, then the first N alone again for 10 s, on one storage, for
 //!   factors 2 and 3. It prints the goodput (calls answered within the bound) of each second of
 //!   the overload, its least against the rate sustained (target ≥ 0.9x), the renewals answered
-//!   in time (a renewal: a call by a contender that led at its previous answer), the sessions
+//!   in time (a renewal: a call by a contender that led at its previous answer), what each
+//!   second of the overload is made of (renewals in time and late, the other calls in time and
+//!   late, leases acquired: created, or taken over from a leader whose renewals did not get
+//!   through, by the second the calls were sent), the sessions
 //!   opened (target ≤ the pool + 2), whether the first leases are served as in a sustained step
 //!   (at least 99 % of the calls wanted answered in time) from 2 s after the load dropped
 //!   (until 2026-12-06 the target was judged on the last single failure after it, which a step
@@ -109,6 +112,9 @@ struct Call {
     error: bool,
     /// The contender held the lease at its previous answer: a renewal.
     renewal: bool,
+    /// The contender holds the lease after this call (at its previous answer, if this one was
+    /// not answered).
+    leads: bool,
 }
 
 impl Call {
@@ -315,6 +321,7 @@ async fn contend(
             answered,
             error,
             renewal,
+            leads,
         });
         next += POLL;
         if answered.is_some() {
@@ -440,6 +447,8 @@ struct Overload {
     offered_per_s: f64,
     /// Calls answered in time, per second of the overload (by the second they were sent).
     goodput: Vec<f64>,
+    /// What each second of the overload is made of: [`Composition`].
+    composition: Vec<Composition>,
     /// Renewals (a call by an owner that led at its previous answer) during the overload:
     /// answered in time, of all.
     renewals: (usize, usize),
@@ -459,6 +468,33 @@ struct Overload {
     surge_from: SystemTime,
     /// The errors calls failed with, by message ([`take_errors`]).
     errors_by_message: Vec<String>,
+}
+
+/// The calls sent in one second of an overload, by kind: renewals (by a contender that led at
+/// its previous answer) and the others (standbys' calls, creations, takeovers), each answered in
+/// time or not; and how many of the others made their caller the leader (an acquisition: a
+/// lease created, or taken over from a leader whose renewals did not get through).
+#[derive(Clone, Copy, Default)]
+struct Composition {
+    renewals_in_time: usize,
+    renewals_late: usize,
+    others_in_time: usize,
+    others_late: usize,
+    acquisitions: usize,
+}
+
+impl Composition {
+    fn add(&mut self, call: &Call) {
+        match (call.renewal, call.answered.is_some()) {
+            (true, true) => self.renewals_in_time += 1,
+            (true, false) => self.renewals_late += 1,
+            (false, true) => self.others_in_time += 1,
+            (false, false) => self.others_late += 1,
+        }
+        if !call.renewal && call.leads && call.answered.is_some() {
+            self.acquisitions += 1;
+        }
+    }
 }
 
 /// `leases` leases × 3 contenders for a ttl, then `factor - 1` times as many more (leases of
@@ -490,10 +526,13 @@ async fn overload(
     storage.close().await.unwrap();
     let during = |c: &&Call| c.sent >= from && c.sent < to;
     let mut goodput = vec![0.0; OVERLOAD.as_secs() as usize];
+    let mut composition = vec![Composition::default(); goodput.len()];
     for c in base.iter().chain(&extra).filter(during) {
+        let second = (c.sent - from).as_secs() as usize;
         if c.answered.is_some() {
-            goodput[(c.sent - from).as_secs() as usize] += 1.0;
+            goodput[second] += 1.0;
         }
+        composition[second].add(c);
     }
     let renewals: Vec<&Call> = base
         .iter()
@@ -533,6 +572,7 @@ async fn overload(
         factor,
         offered_per_s: (leases * factor * CONTENDERS) as f64 / POLL.as_secs_f64(),
         goodput,
+        composition,
         renewals: (renewed, renewals.len()),
         last_failure,
         after,
@@ -703,6 +743,23 @@ fn main() {
                     "    goodput per second from {}: {}",
                     wall(o.surge_from),
                     per_second.join(" ")
+                );
+                let column = |f: fn(&Composition) -> usize| {
+                    o.composition.iter().map(|c| f(c).to_string()).collect::<Vec<_>>().join(" ")
+                };
+                println!(
+                    "    per second, renewals in time: {}",
+                    column(|c| c.renewals_in_time)
+                );
+                println!("    per second, renewals late: {}", column(|c| c.renewals_late));
+                println!(
+                    "    per second, other calls in time: {}",
+                    column(|c| c.others_in_time)
+                );
+                println!("    per second, other calls late: {}", column(|c| c.others_late));
+                println!(
+                    "    per second, leases acquired (created or taken over): {}",
+                    column(|c| c.acquisitions)
                 );
                 let after: Vec<String> = o.after_per_second.iter().map(|a| a.to_string()).collect();
                 println!(
