@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use support::{
     LOCK_KEY_SQL, XorShift, admin, backends, blocked_on_lock, builder, fresh_prefix, fresh_storage,
-    server, settled_backends,
+    settled_backends, sqlx_pool, url_named,
 };
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
@@ -502,12 +502,11 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
     // stays open and nothing answers, as with a hung server or a black-holed network.
     let guard = fresh_prefix();
     let name = format!("stall-{}", guard.prefix());
-    let separator = if server().url.contains('?') { '&' } else { '?' };
     // The next call waits for the stalled connection to be given up on and replaced within the
     // same timeout: 500 ms left it little on a loaded machine.
     let timeout = Duration::from_secs(1);
     let storage = PostgresEventStorage::builder().driver(driver)
-        .url(format!("{}{separator}application_name={name}", server().url))
+        .url(url_named(&name))
         .driver(driver)
         .prefix(guard.prefix())
         .pool_size(1)
@@ -539,4 +538,138 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
     assert_eq!(storage.request_lease(&request).await.unwrap().status, LeaseStatus::Leader);
     storage.close().await.unwrap();
 }
+}
+
+/// The call timeout of the storages below: a call that waits for it hung.
+const KILLED_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Eight callers renew leases of their own on `storage` in a loop for 5 s; after 1 s every
+/// session named `name` is killed (`pg_terminate_backend`, a real fault: what a failover or a
+/// server restart does to a pool). No call waits for the call timeout (each fails at once, as
+/// `Unavailable`, or succeeds on a new connection), and calls sent from 2 s after the kill all
+/// succeed. Until 2026-12-07 the sqlx driver's own pool could leave every caller waiting for a
+/// connection handed over while connections sat idle in sqlx's pool (see `Acquired` in
+/// `src/connection/sqlx.rs`): 6 of 37 runs hung for the whole call timeout.
+async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &str) {
+    let storage = Arc::new(storage);
+    let stop = Instant::now() + Duration::from_secs(5);
+    let callers: Vec<_> = (0..8)
+        .map(|c| {
+            let storage = Arc::clone(&storage);
+            tokio::spawn(async move {
+                let request = LeaseRequest::new(format!("l{c}"), "a", 0, Duration::from_secs(30));
+                let mut calls = Vec::new();
+                while Instant::now() < stop {
+                    let sent = Instant::now();
+                    let result = storage.request_lease(&request).await;
+                    calls.push((sent, sent.elapsed(), result.map(|r| r.status)));
+                }
+                calls
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_at = Instant::now();
+    let killed: i64 = admin()
+        .await
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+              WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let mut calls = Vec::new();
+    for caller in callers {
+        calls.extend(caller.await.unwrap());
+    }
+    assert!(killed >= 1, "no session of {name} to kill");
+    let hung: Vec<_> = calls
+        .iter()
+        .filter(|(_, took, _)| *took >= KILLED_CALL_TIMEOUT)
+        .collect();
+    assert!(
+        hung.is_empty(),
+        "{} calls waited for the call timeout",
+        hung.len()
+    );
+    let settled = |(sent, _, _): &&(Instant, Duration, Result<LeaseStatus, EventStorageError>)| {
+        *sent >= killed_at + Duration::from_secs(2)
+    };
+    let failed: Vec<String> = calls
+        .iter()
+        .filter(settled)
+        .filter_map(|(_, _, r)| r.as_ref().err().map(ToString::to_string))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "calls failed 2 s after the kill: {failed:?}"
+    );
+    assert!(
+        calls.iter().filter(settled).any(|(_, _, r)| r.is_ok()),
+        "no call after the kill"
+    );
+    storage.close().await.unwrap();
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_of_its_own_pool_killed_at_once(driver: PostgresDriver) {
+    let guard = fresh_prefix();
+    let name = format!("killall-{}", guard.prefix());
+    let storage = PostgresEventStorage::builder()
+        .url(url_named(&name))
+        .driver(driver)
+        .prefix(guard.prefix())
+        .pool_size(8)
+        .call_timeout(KILLED_CALL_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    every_connection_killed_at_once(storage, &name).await;
+}
+}
+
+/// [`every_connection_killed_at_once`] on a storage built on an application's `pool`.
+async fn every_connection_of_an_application_s_pool_killed_at_once(
+    pool: tenure_postgres::ApplicationPool,
+    guard: &tenure_pg_test::PrefixGuard,
+    name: &str,
+) {
+    let storage = PostgresEventStorage::builder()
+        .pool(pool)
+        .prefix(guard.prefix())
+        .call_timeout(KILLED_CALL_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    every_connection_killed_at_once(storage, name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_of_an_application_s_deadpool_pool_killed_at_once() {
+    let guard = fresh_prefix();
+    let name = format!("killall-dp-{}", guard.prefix());
+    let config = url_named(&name).parse::<tokio_postgres::Config>().unwrap();
+    let manager = tenure_postgres::deadpool_postgres::Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        tenure_postgres::deadpool_postgres::ManagerConfig {
+            recycling_method: tenure_postgres::deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    let pool = tenure_postgres::deadpool_postgres::Pool::builder(manager)
+        .max_size(8)
+        .build()
+        .unwrap();
+    every_connection_of_an_application_s_pool_killed_at_once(pool.into(), &guard, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_of_an_application_s_sqlx_pool_killed_at_once() {
+    let guard = fresh_prefix();
+    let name = format!("killall-sx-{}", guard.prefix());
+    let pool = sqlx_pool(&url_named(&name), 8).await;
+    every_connection_of_an_application_s_pool_killed_at_once(pool.into(), &guard, &name).await;
 }

@@ -8,7 +8,7 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{admin, builder, fresh_prefix, fresh_storage, server};
+use support::{admin, builder, fresh_prefix, fresh_storage, server, url_named};
 use tenure_pg_test::PrefixGuard;
 use tenure_ports::{
     AppendRequest, EventQuery, EventStorage, EventStorageError, LeaseRequest, LeaseStatus,
@@ -747,13 +747,6 @@ async fn backends_named(application_name: &str) -> i64 {
         .await
         .unwrap()
         .get(0)
-}
-
-/// The test server's URL with `application_name` set.
-fn url_named(application_name: &str) -> String {
-    let url = &server().url;
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}application_name={application_name}")
 }
 
 on_each_driver! {

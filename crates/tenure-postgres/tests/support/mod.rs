@@ -47,6 +47,14 @@ pub async fn sqlx_pool(url: &str, size: u32) -> tenure_postgres::sqlx_0_9::PgPoo
         .expect("a sqlx pool on the test server")
 }
 
+/// The test server's URL with `application_name` set, so that a test can find (or kill) the
+/// sessions of the storage it builds.
+pub fn url_named(application_name: &str) -> String {
+    let url = &server().url;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}application_name={application_name}")
+}
+
 /// The server of this test run; fails the test (never skips it) when there is none.
 pub fn server() -> &'static Server {
     tenure_pg_test::required_server()
