@@ -549,7 +549,7 @@ const KILLED_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// `Unavailable`, or succeeds on a new connection), and calls sent from 2 s after the kill all
 /// succeed. Until 2026-12-07 the sqlx driver's own pool could leave every caller waiting for a
 /// connection handed over while connections sat idle in sqlx's pool (see `Acquired` in
-/// `src/connection/sqlx.rs`): 6 of 37 runs hung for the whole call timeout.
+/// `src/connection/sqlx.rs`): 6 of 38 runs hung for the whole call timeout.
 async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &str) {
     let storage = Arc::new(storage);
     let stop = Instant::now() + Duration::from_secs(5);

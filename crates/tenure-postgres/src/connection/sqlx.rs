@@ -183,7 +183,8 @@ impl Kept {
 /// instead of into sqlx's pool, where those calls do not look. Dropped into sqlx's pool, such
 /// connections sat idle there while every call of the storage waited to be handed one, until
 /// the call timeout: a pool of 8 under load whose connections were all killed at once, in 6 of
-/// 37 runs (`every_connection_of_its_own_pool_killed_at_once`), and once a fresh one.
+/// 38 runs (`every_connection_of_its_own_pool_killed_at_once`; one of them before the kill, on
+/// the fresh pool).
 struct Acquired {
     connection: Option<PoolConnection<Postgres>>,
     kept: Arc<Mutex<Kept>>,
