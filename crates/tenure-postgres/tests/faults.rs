@@ -545,9 +545,10 @@ const KILLED_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Eight callers renew leases of their own on `storage` in a loop for 5 s; after 1 s every
 /// session named `name` is killed (`pg_terminate_backend`, a real fault: what a failover or a
-/// server restart does to a pool). No call waits for the call timeout (each fails at once, as
-/// `Unavailable`, or succeeds on a new connection), and calls sent from 2 s after the kill all
-/// succeed. Until 2026-12-07 the sqlx driver's own pool could leave every caller waiting for a
+/// server restart does to a pool). No call waits for the call timeout (a call on a killed
+/// session fails at once, as `Unavailable`: when in flight, or at the next use of an idle one,
+/// which a pool without a check before each checkout hands out once), and every caller is
+/// answered again after the kill. Until 2026-12-07 the sqlx driver's own pool could leave every caller waiting for a
 /// connection handed over while connections sat idle in sqlx's pool (see `Acquired` in
 /// `src/connection/sqlx.rs`): 6 of 38 runs hung for the whole call timeout.
 async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &str) {
@@ -580,10 +581,11 @@ async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &s
         .await
         .unwrap()
         .get(0);
-    let mut calls = Vec::new();
+    let mut per_caller = Vec::new();
     for caller in callers {
-        calls.extend(caller.await.unwrap());
+        per_caller.push(caller.await.unwrap());
     }
+    let calls: Vec<_> = per_caller.iter().flatten().collect();
     assert!(killed >= 1, "no session of {name} to kill");
     let hung: Vec<_> = calls
         .iter()
@@ -594,22 +596,14 @@ async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &s
         "{} calls waited for the call timeout",
         hung.len()
     );
-    let settled = |(sent, _, _): &&(Instant, Duration, Result<LeaseStatus, EventStorageError>)| {
-        *sent >= killed_at + Duration::from_secs(2)
-    };
-    let failed: Vec<String> = calls
-        .iter()
-        .filter(settled)
-        .filter_map(|(_, _, r)| r.as_ref().err().map(ToString::to_string))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "calls failed 2 s after the kill: {failed:?}"
-    );
-    assert!(
-        calls.iter().filter(settled).any(|(_, _, r)| r.is_ok()),
-        "no call after the kill"
-    );
+    for (caller, calls) in per_caller.iter().enumerate() {
+        assert!(
+            calls
+                .iter()
+                .any(|(sent, _, r)| *sent >= killed_at && r.is_ok()),
+            "caller {caller} was not answered after the kill"
+        );
+    }
     storage.close().await.unwrap();
 }
 
