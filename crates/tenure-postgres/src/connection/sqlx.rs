@@ -594,6 +594,15 @@ mod tests {
             .count()
     }
 
+    /// Waits until `done` says so, polling every millisecond, for at most 5 s (the caller's
+    /// assertion then says what did not happen).
+    async fn settle(done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// A checkout of `driver`'s, in a task of its own.
     fn checkout_in_task(
         driver: &Arc<Sqlx>,
@@ -613,10 +622,7 @@ mod tests {
         let driver = Arc::new(Sqlx::from_conninfo(&info, 1, Duration::from_secs(60)).unwrap());
         let held = driver.checkout().await.unwrap();
         let waiter = checkout_in_task(&driver);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while waiting_for_a_hand(&driver) == 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        settle(|| waiting_for_a_hand(&driver) > 0).await;
         assert_eq!(
             waiting_for_a_hand(&driver),
             1,
@@ -727,16 +733,11 @@ mod tests {
         let held = driver.checkout().await.unwrap();
         // A checkout that finds the pool not full waits in it, opening a connection (stalled).
         let left = checkout_in_task(&driver);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while waiting(&driver) == 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        settle(|| waiting(&driver) > 0).await;
         assert_eq!(waiting(&driver), 1, "the first checkout waits in the pool");
         // The next finds it full (the connect counts) and waits for a connection handed over.
         let waiter = checkout_in_task(&driver);
-        while waiting_for_a_hand(&driver) == 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        settle(|| waiting_for_a_hand(&driver) > 0).await;
         assert_eq!(
             waiting_for_a_hand(&driver),
             1,
@@ -776,10 +777,7 @@ mod tests {
             assert!(gave_up.is_err(), "the pool's only connection is held");
         }
         // A wait left in the pool's queue would end only when the connection is given back.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while waiting(&driver) > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        settle(|| waiting(&driver) == 0).await;
         assert_eq!(waiting(&driver), 0, "waits outlived their callers");
         drop(held);
         // Its session ended with PostgreSQL's Terminate message, not cut.
