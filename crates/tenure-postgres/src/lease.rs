@@ -1,7 +1,7 @@
 //! Leases: the SQL of each lease call, and the calls themselves, on any driver.
 //!
-//! The counterpart of `tenure_ports::lease`. Each call is one statement in autocommit: a call of
-//! a function shipped in `migrations/`, which serializes the calls on one lease with a
+//! The counterpart of `tenure_ports::lease`. Each call is one statement in autocommit (a
+//! holder's, at most two): a call of a function shipped in `migrations/`, which serializes the calls on one lease with a
 //! transaction-scoped advisory lock, reads the clock after the lock, decides, and writes. Every
 //! statement is built once per storage from the validated prefix; every value travels as a
 //! bind parameter.
@@ -14,8 +14,9 @@
 //! the lease record when no registration can challenge it). A caller that did not hold the lease
 //! at its last answer calls `request_lease_v5` instead, which decides exactly what v4 decides
 //! and answers a standby whose registration is fresh from two index look-ups
-//! (`0011_lease_functions_v5.sql`); a caller that held it calls v4, whose renewal is one
-//! `UPDATE`.
+//! (`0011_lease_functions_v5.sql`); a caller that held it sends the renewal statement first, one
+//! `UPDATE` that answers an unchallenged renewal without a function call ([`renewal_sql`]), and
+//! calls v4 where it answers nothing.
 
 mod carpool;
 
@@ -49,6 +50,9 @@ pub(crate) struct LeaseStatements {
     /// `request_lease_v5`, with the sighting: the call of every other caller (a standby whose
     /// registration is fresh, answered first).
     request_unheld: Sql,
+    /// A holder's renewal that no registration can challenge, in one `UPDATE` without a
+    /// function call ([`renewal_sql`]); answers no row where `request` must decide.
+    renewal: Sql,
     /// `request_leases_v1`: the requests that waited for a connection (renewals with
     /// renewals, standbys' with standbys'), carried in one call ([`carpool`]); one row per
     /// request, its answer, or NULL where it was left undecided.
@@ -60,6 +64,9 @@ pub(crate) struct LeaseStatements {
     /// `request_unheld` with the clock argument.
     #[cfg(feature = "testing")]
     request_unheld_at: Sql,
+    /// `renewal` with the clock argument.
+    #[cfg(feature = "testing")]
+    renewal_at: Sql,
     /// `request_lease_v1`, what a process of the previous release calls (see [`Version::V1`]).
     #[cfg(feature = "testing")]
     request_v1: Sql,
@@ -82,6 +89,7 @@ impl LeaseStatements {
             request: format!("SELECT {p}request_lease_v4($1, $2, $3, $4, $5, $6, $7)").into(),
             request_unheld: format!("SELECT {p}request_lease_v5($1, $2, $3, $4, $5, $6, $7)")
                 .into(),
+            renewal: renewal_sql(p, "clock_timestamp()").into(),
             request_carried: format!(
                 "SELECT CASE WHEN o_decided THEN o_outcome END \
                    FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8)"
@@ -100,6 +108,8 @@ impl LeaseStatements {
                 at(8)
             )
             .into(),
+            #[cfg(feature = "testing")]
+            renewal_at: renewal_sql(p, &at(5)).into(),
             #[cfg(feature = "testing")]
             request_v1: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
             #[cfg(feature = "testing")]
@@ -151,6 +161,16 @@ impl LeaseStatements {
         }
     }
 
+    /// The renewal statement ([`renewal_sql`]), with the clock argument when `at` is set.
+    pub(crate) fn renewal(&self, at: Option<i64>) -> &Sql {
+        #[cfg(feature = "testing")]
+        if at.is_some() {
+            return &self.renewal_at;
+        }
+        let _ = at;
+        &self.renewal
+    }
+
     /// `request_lease_v1`, with the clock argument when `at` is set.
     #[cfg(feature = "testing")]
     fn request_v1(&self, at: Option<i64>) -> &Sql {
@@ -160,6 +180,49 @@ impl LeaseStatements {
             &self.request_v1
         }
     }
+}
+
+/// A holder's renewal that no registration can challenge, decided in one `UPDATE` of the lease
+/// record, without the call of a PL/pgSQL function: `request_lease_v4`'s first statement and its
+/// early answer (`0009_lease_functions_v4.sql`, rule 3 with
+/// `RequestOutcome::sparing_registrations_on_unchallenged_renewal`). Parameters: lease name,
+/// owner, priority, ttl in µs (and, in tests, the clock as `$5`); `now` is the clock's
+/// expression. It answers one row, v4's answer (`leader`, `renewed`), where the caller holds the
+/// live lease and the lease has no registrations or none above the request's priority (the
+/// record's bound, `contender_priority_bound`; NULL, unknown, never qualifies); otherwise it
+/// answers no row and writes nothing, and the caller calls v4, which decides every case.
+///
+/// The order v4 keeps, lock then clock, holds within the one statement: the advisory lock is
+/// taken in a subquery that cannot be flattened (`OFFSET 0`, and a volatile function in its
+/// output, which the planner neither removes nor moves), and the clock is read in the output
+/// of a second such subquery over it, so after the lock is granted. The record may be read
+/// before the lock (the plan reads it first, and takes the lock only when it is the caller's);
+/// under READ COMMITTED an `UPDATE` that finds its row changed by a transaction that committed
+/// meanwhile re-reads the newest version and checks the conditions again, with the same clock
+/// reading, so the decision is made on the record as the previous holder of the lock left it.
+/// The answer is an anonymous row with the fields of `<prefix>lease_outcome_v1`, decoded as
+/// the functions' answers are: a cast to that type would make the prepared plan depend on the
+/// type, which an upgrade may re-create, and the server does not re-plan for that ("cache
+/// lookup failed for type", where a function's call is refused and prepared anew).
+/// The leading comment names the statement where the server shows it (`pg_stat_activity`,
+/// `pg_stat_statements`, the log), as a function's name does. Why one statement: the function
+/// call's own machinery cost the server about a tenth of a
+/// renewal (`pgbench`, `docs/benchmarks.md`), which the renewal's throughput target did not
+/// leave.
+fn renewal_sql(p: &str, now: &str) -> String {
+    format!(
+        "/* {p}renew_lease */ UPDATE {p}leases AS l \
+            SET priority = $3, heartbeat_at = c.now, ttl_micros = $4 \
+           FROM (SELECT {now} AS now \
+                   FROM (SELECT pg_advisory_xact_lock(hashtextextended('{p}leases:' || $1, 0)) \
+                         OFFSET 0) AS locked \
+                 OFFSET 0) AS c \
+          WHERE l.lease_name = $1 AND l.owner = $2 \
+            AND c.now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond' \
+            AND (NOT l.has_contenders OR l.contender_priority_bound <= $3) \
+        RETURNING ROW('leader'::text, 'renewed'::text, l.owner, l.priority, l.fencing_token, \
+                      l.acquired_at, l.heartbeat_at, l.ttl_micros)"
+    )
 }
 
 /// The functions' optional clock argument, from the bound `bigint` `$n` of microseconds since
@@ -200,6 +263,14 @@ pub(crate) enum Version<'a> {
     /// `request_lease_v5` with exactly this sighting, nothing recorded; for the property test.
     #[cfg(feature = "testing")]
     UnheldGiven(Option<Sighting>),
+    /// A holder's own call with exactly this sighting, nothing recorded, for the property test:
+    /// the renewal statement ([`renewal_sql`], or `renewal` in its place, for a negative
+    /// control), then `request_lease_v4` where it answers no row.
+    #[cfg(feature = "testing")]
+    RenewalGiven {
+        sighting: Option<Sighting>,
+        renewal: Option<&'a Sql>,
+    },
     /// `request_lease_v1`, no sighting: a process of the previous release, for the
     /// rolling-upgrade test and the clock-step test's negative control.
     #[cfg(feature = "testing")]
@@ -241,22 +312,45 @@ pub(crate) async fn request<D: Driver>(
     };
     let sent_at = Instant::now();
     // The statement (with its clock argument, in tests), the sighting to send, whether the
-    // caller held the lease at its last answer (a test's call counts as a renewal), and the
-    // registry to record the answer in.
-    let (sql, sighting, held, kept) = match version {
+    // caller held the lease at its last answer (a test's call counts as a renewal), the
+    // registry to record the answer in, and the renewal statement its own call tries first (a
+    // holder's).
+    let (sql, sighting, held, kept, renewal) = match version {
         Version::Current(kept) => {
             let last =
                 kept.last_answer(request.lease_name.as_str(), request.owner.as_str(), sent_at);
             let held = last.is_some_and(|last| last.held);
             let sql = statements.request(held, at);
-            (sql, last.map(|last| last.sighting), held, Some(kept))
+            let renewal = held.then(|| statements.renewal(at));
+            (
+                sql,
+                last.map(|last| last.sighting),
+                held,
+                Some(kept),
+                renewal,
+            )
         }
         #[cfg(feature = "testing")]
-        Version::CurrentGiven(sighting) => (statements.request(true, at), sighting, true, None),
+        Version::CurrentGiven(sighting) => {
+            (statements.request(true, at), sighting, true, None, None)
+        }
         #[cfg(feature = "testing")]
-        Version::UnheldGiven(sighting) => (statements.request(false, at), sighting, true, None),
+        Version::UnheldGiven(sighting) => {
+            (statements.request(false, at), sighting, true, None, None)
+        }
         #[cfg(feature = "testing")]
-        Version::V1 => (statements.request_v1(at), None, true, None),
+        Version::RenewalGiven { sighting, renewal } => {
+            let renewal = renewal.unwrap_or_else(|| statements.renewal(at));
+            (
+                statements.request(true, at),
+                sighting,
+                true,
+                None,
+                Some(renewal),
+            )
+        }
+        #[cfg(feature = "testing")]
+        Version::V1 => (statements.request_v1(at), None, true, None, None),
     };
     #[cfg(feature = "testing")]
     let sighted = !matches!(version, Version::V1);
@@ -290,6 +384,14 @@ pub(crate) async fn request<D: Driver>(
     };
     let count = 4 + if sighted { 3 } else { 0 } + usize::from(at.is_some());
     let params = &params[..count];
+    let renewal_params = [
+        Param::Text(name),
+        Param::Text(owner),
+        Param::Int8(request.priority),
+        Param::Int8(ttl_micros),
+        clock_param,
+    ];
+    let renewal = renewal.map(|sql| (sql, &renewal_params[..4 + usize::from(at.is_some())]));
     // A caller that held the lease at its last answer is renewing: it checks a connection out
     // directly, ahead of standbys, which take a turn of the lane first when connections are
     // scarce (see `Link::yielding_turn`). Each waits with the others of its kind, to be carried
@@ -321,6 +423,7 @@ pub(crate) async fn request<D: Driver>(
         statements,
         sql,
         params,
+        renewal,
         access,
         patience: lane::patience(ttl),
     };
@@ -359,6 +462,9 @@ struct Way<'a, 'p, D> {
     /// Its own call: `request_lease_v4` or `_v5` (or, in tests, another).
     sql: &'a Sql,
     params: &'a [Param<'p>],
+    /// A holder's: the renewal statement and its parameters, which its own call tries before
+    /// `sql` ([`renewal_sql`]).
+    renewal: Option<(&'a Sql, &'a [Param<'p>])>,
     access: Access,
     /// How long it keeps its place in the order of arrival, in the lane and in its carpool
     /// ([`lane::patience`]).
@@ -491,7 +597,25 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         self.own_call(&mut seat).await
     }
 
+    /// Its own call on `seat`: a holder's renewal statement first, where it has one, then,
+    /// unless that answered, `sql`.
     async fn own_call(&self, seat: &mut Seat<'a, D>) -> Result<D::Row, EventStorageError> {
+        if let Some((sql, params)) = self.renewal {
+            let mut rows = seat
+                .connection
+                .query(sql, params)
+                .await
+                .map_err(|e| e.into_storage(WHAT))?;
+            match rows.len() {
+                0 => {}
+                1 => return Ok(rows.remove(0)),
+                n => {
+                    return Err(EventStorageError::internal(format!(
+                        "{WHAT}: the renewal statement answered {n} rows"
+                    )));
+                }
+            }
+        }
         let rows = seat
             .connection
             .query(self.sql, self.params)

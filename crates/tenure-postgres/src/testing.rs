@@ -48,6 +48,55 @@ impl PostgresEventStorage {
             .await
     }
 
+    /// [`request_lease_sighted_at`](Self::request_lease_sighted_at) as a holder's own call
+    /// makes it: the renewal statement first (one `UPDATE`, see
+    /// [`renewal_statement_at`](Self::renewal_statement_at)), then `request_lease_v4` where it
+    /// answers nothing (which must decide the same for any caller).
+    pub async fn request_lease_renewing_at(
+        &self,
+        request: &LeaseRequest,
+        now: Timestamp,
+        sighting: Option<Sighting>,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        self.request_lease_with(
+            request,
+            now,
+            Version::RenewalGiven {
+                sighting,
+                renewal: None,
+            },
+        )
+        .await
+    }
+
+    /// [`request_lease_renewing_at`](Self::request_lease_renewing_at) with `statement` in
+    /// place of the renewal statement (same parameters), for a negative control.
+    pub async fn request_lease_renewing_with_at(
+        &self,
+        request: &LeaseRequest,
+        now: Timestamp,
+        sighting: Option<Sighting>,
+        statement: &str,
+    ) -> Result<(Transition, LeaseResponse), EventStorageError> {
+        let statement: crate::connection::Sql = statement.into();
+        self.request_lease_with(
+            request,
+            now,
+            Version::RenewalGiven {
+                sighting,
+                renewal: Some(&statement),
+            },
+        )
+        .await
+    }
+
+    /// The text of the renewal statement that a holder's own call sends first, as the
+    /// `…_renewing_at` calls send it: with the clock as its fifth parameter (µs since the Unix
+    /// epoch); a negative control edits it.
+    pub fn renewal_statement_at(&self) -> String {
+        on_adapter!(self.engine(), a => a.leases.renewal(Some(0)).to_string())
+    }
+
     /// One lease request as `version` makes it, with `now` standing in for the database clock.
     async fn request_lease_with(
         &self,

@@ -129,7 +129,8 @@ async fn a_connection_killed_mid_call_is_unavailable_and_the_next_call_succeeds(
         let request = request.clone();
         async move { storage.request_lease(&request).await }
     });
-    let pid = blocked_on_lock(guard.prefix(), "request_lease_v4").await;
+    // The holder's renewal, its own call: the renewal statement first.
+    let pid = blocked_on_lock(guard.prefix(), "renew_lease").await;
     let killed: bool = admin()
         .await
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])

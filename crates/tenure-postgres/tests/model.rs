@@ -21,10 +21,14 @@
 //! trigger that raises the record's bound of the registrations' priorities), and
 //! `request_lease_v5` the same way, for every caller (the adapter calls it for a caller that
 //! did not hold the lease at its last answer; it reads in another order and must decide what
-//! v4 decides; its negative control moves its own freshness bound). The sighted rule itself,
-//! `decide_request_sighted` followed by both, is checked by
+//! v4 decides; its negative control moves its own freshness bound), and the adapter's own call
+//! for a caller that held the lease (the renewal statement, one `UPDATE` that answers an
+//! unchallenged renewal without a function call, then v4 where it answers nothing) the same way,
+//! for every caller; its negative controls move the statement's liveness test by one
+//! microsecond and its test of the registrations' bound by one priority. The sighted rule itself,
+//! `decide_request_sighted` followed by all three, is checked by
 //! `sighted_sql_decisions_match_the_domain`: random steps on one lease, each request through
-//! v4 or v5 at random, with a sighting chosen around the stored tenure (none, its token and
+//! v4, v5 or the holder's call at random, with a sighting chosen around the stored tenure (none, its token and
 //! heartbeat for a ttl and one microsecond either side of it, another token, another
 //! heartbeat), compared answer by answer and record by record with the domain; its negative
 //! controls move the sighting's bound by one microsecond in v4 and in v5 and require the check
@@ -59,6 +63,9 @@ struct Sql {
     prefix: String,
     /// Which function a request calls.
     calls: Calls,
+    /// A renewal statement in place of the shipped one ([`Calls::RenewalImplied`]), for a
+    /// negative control.
+    renewal: Option<String>,
 }
 
 /// Which function the differential check's requests call.
@@ -72,6 +79,10 @@ enum Calls {
     /// `request_lease_v5` (the adapter's call for a caller that did not hold the lease at its
     /// last answer), for every caller, with the implied sighting.
     V5Implied,
+    /// The adapter's own call for a caller that held the lease at its last answer (the renewal
+    /// statement, then `request_lease_v4` where it answers nothing), for every caller, with the
+    /// implied sighting.
+    RenewalImplied,
 }
 
 impl Sql {
@@ -88,6 +99,7 @@ impl Sql {
             admin,
             prefix: guard.prefix().to_owned(),
             calls: Calls::V1,
+            renewal: None,
         };
         (sql, guard)
     }
@@ -150,23 +162,36 @@ impl Sql {
 }
 
 impl Sql {
-    /// `request` through `request_lease_v5` (`unheld`) or `request_lease_v4`, with exactly
-    /// `sighting` and `now` standing in for the database clock.
+    /// `request` as `via` makes it, with exactly `sighting` and `now` standing in for the
+    /// database clock.
     async fn sighted(
         &self,
-        unheld: bool,
+        via: Via,
         request: &LeaseRequest,
         now: Timestamp,
         sighting: Option<Sighting>,
     ) -> Result<(Transition, LeaseResponse), EventStorageError> {
-        if unheld {
-            self.storage
-                .request_lease_unheld_sighted_at(request, now, sighting)
-                .await
-        } else {
-            self.storage
-                .request_lease_sighted_at(request, now, sighting)
-                .await
+        match (via, &self.renewal) {
+            (Via::V4, _) => {
+                self.storage
+                    .request_lease_sighted_at(request, now, sighting)
+                    .await
+            }
+            (Via::V5, _) => {
+                self.storage
+                    .request_lease_unheld_sighted_at(request, now, sighting)
+                    .await
+            }
+            (Via::Renewal, None) => {
+                self.storage
+                    .request_lease_renewing_at(request, now, sighting)
+                    .await
+            }
+            (Via::Renewal, Some(statement)) => {
+                self.storage
+                    .request_lease_renewing_with_at(request, now, sighting, statement)
+                    .await
+            }
         }
     }
 }
@@ -194,9 +219,16 @@ impl DecisionSystem for Sql {
             };
             Ok::<_, BoxError>(match self.calls {
                 Calls::V1 => self.storage.request_lease_at(&request, now).await?,
-                Calls::V4Implied | Calls::V5Implied => {
-                    let unheld = matches!(self.calls, Calls::V5Implied);
-                    self.sighted(unheld, &request, now, implied().await?)
+                Calls::V4Implied => {
+                    self.sighted(Via::V4, &request, now, implied().await?)
+                        .await?
+                }
+                Calls::V5Implied => {
+                    self.sighted(Via::V5, &request, now, implied().await?)
+                        .await?
+                }
+                Calls::RenewalImplied => {
+                    self.sighted(Via::Renewal, &request, now, implied().await?)
                         .await?
                 }
             })
@@ -277,6 +309,16 @@ fn v4_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
 }
 
 #[test]
+fn a_holders_call_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
+    sql_decisions_match_the_domain(PostgresDriver::Deadpool, Calls::RenewalImplied);
+}
+
+#[test]
+fn a_holders_call_with_the_storage_clocks_sighting_matches_the_domain_on_sqlx() {
+    sql_decisions_match_the_domain(PostgresDriver::Sqlx09, Calls::RenewalImplied);
+}
+
+#[test]
 fn v5_with_the_storage_clocks_sighting_matches_the_domain_on_deadpool() {
     sql_decisions_match_the_domain(PostgresDriver::Deadpool, Calls::V5Implied);
 }
@@ -317,21 +359,39 @@ const OFF_BY_ONE: &str = "AND v_now <= l.heartbeat_at + l.ttl_micros * interval 
 /// random case the shrinking started from).
 const SEED: u64 = 1;
 
-/// The negative control of the differential check: with `function` broken (`shipped`
-/// replaced by `broken`), the check must fail with a minimal case of at most `steps` steps.
-/// `calls` picks the function the requests call; `moved` and `passed` are the messages when the
+/// What a negative control breaks.
+#[derive(Clone, Copy, Debug)]
+enum Broken<'a> {
+    /// A shipped function (named without its prefix).
+    Function(&'a str),
+    /// The renewal statement a holder's own call sends first ([`Calls::RenewalImplied`]).
+    RenewalStatement,
+}
+
+/// The negative control of the differential check: with `target` broken (`shipped` replaced
+/// by `broken`), the check must fail with a minimal case of at most `steps` steps. `calls`
+/// picks the function the requests call; `moved` and `passed` are the messages when the
 /// shipped text is not found and when the check passes.
 fn caught_with_a_small_case(
     calls: Calls,
-    function: &str,
+    target: Broken<'_>,
     [shipped, broken]: [&str; 2],
     steps: usize,
     [moved, passed]: [&str; 2],
 ) {
     let (mut sql, guard) = Sql::new(PostgresDriver::Deadpool);
     sql.calls = calls;
-    let function = format!("{}{function}", guard.prefix());
-    break_function(&sql, &function, shipped, broken, moved);
+    match target {
+        Broken::Function(function) => {
+            let function = format!("{}{function}", guard.prefix());
+            break_function(&sql, &function, shipped, broken, moved);
+        }
+        Broken::RenewalStatement => {
+            let statement = sql.storage.renewal_statement_at();
+            assert_eq!(statement.matches(shipped).count(), 1, "{moved}");
+            sql.renewal = Some(statement.replace(shipped, broken));
+        }
+    }
     let mismatch = differential::check_decisions_with(
         differential::Config::with_cases(256).with_seed(SEED),
         &mut sql,
@@ -354,7 +414,7 @@ fn caught_with_a_small_case(
 fn the_check_catches_an_off_by_one_at_expiry() {
     caught_with_a_small_case(
         Calls::V1,
-        "request_lease_v1",
+        Broken::Function("request_lease_v1"),
         [LIVE, OFF_BY_ONE],
         6,
         [
@@ -374,7 +434,7 @@ const FRESH_OFF_BY_ONE: &str =
 fn the_check_catches_a_registration_kept_at_half_its_ttl() {
     caught_with_a_small_case(
         Calls::V4Implied,
-        "request_lease_v4",
+        Broken::Function("request_lease_v4"),
         [FRESH, FRESH_OFF_BY_ONE],
         6,
         [
@@ -390,7 +450,7 @@ fn the_check_catches_a_registration_kept_at_half_its_ttl() {
 fn the_check_catches_a_registration_kept_at_half_its_ttl_by_v5() {
     caught_with_a_small_case(
         Calls::V5Implied,
-        "request_lease_v5",
+        Broken::Function("request_lease_v5"),
         [FRESH, FRESH_OFF_BY_ONE],
         6,
         [
@@ -407,11 +467,50 @@ fn the_check_catches_a_registration_kept_at_half_its_ttl_by_v5() {
 const RAISED: &str = "AND contender_priority_bound < NEW.priority";
 const NOT_RAISED: &str = "AND contender_priority_bound < NEW.priority AND false";
 
+/// The renewal statement's liveness test, and its off-by-one (as [`LIVE`] in the functions).
+const RENEWAL_LIVE: &str = "c.now < l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+const RENEWAL_OFF_BY_ONE: &str =
+    "c.now <= l.heartbeat_at + l.ttl_micros * interval '1 microsecond'";
+
+#[test]
+fn the_check_catches_an_off_by_one_at_expiry_in_the_renewal_statement() {
+    caught_with_a_small_case(
+        Calls::RenewalImplied,
+        Broken::RenewalStatement,
+        [RENEWAL_LIVE, RENEWAL_OFF_BY_ONE],
+        6,
+        [
+            "the renewal statement's liveness test moved: update the negative control",
+            "the check passed a renewal statement that renews an expired lease",
+        ],
+    );
+}
+
+/// The renewal statement's test of the registrations' bound, and a bound taken one too high:
+/// a renewal answered from the record when a registration one priority above the holder's
+/// must ask it to step down.
+const RENEWAL_BOUND: &str = "l.contender_priority_bound <= $3)";
+const RENEWAL_BOUND_OFF_BY_ONE: &str = "l.contender_priority_bound <= $3 + 1)";
+
+#[test]
+fn the_check_catches_a_renewal_statement_that_misses_a_challenger() {
+    caught_with_a_small_case(
+        Calls::RenewalImplied,
+        Broken::RenewalStatement,
+        [RENEWAL_BOUND, RENEWAL_BOUND_OFF_BY_ONE],
+        8,
+        [
+            "the renewal statement's bound test moved: update the negative control",
+            "the check passed a renewal statement that misses a challenger",
+        ],
+    );
+}
+
 #[test]
 fn the_check_catches_a_priority_bound_that_is_not_raised() {
     caught_with_a_small_case(
         Calls::V4Implied,
-        "priority_bound_v1",
+        Broken::Function("priority_bound_v1"),
         [RAISED, NOT_RAISED],
         8,
         [
@@ -447,9 +546,8 @@ enum SightedStep {
         ttl_ms: u64,
         priority: i64,
         seen: Seen,
-        /// Through `request_lease_v5` (the call of a caller that did not hold the lease at
-        /// its last answer) instead of v4: both must decide the same for any caller.
-        unheld: bool,
+        /// Which call: each must decide the same for any caller.
+        via: Via,
     },
     Release {
         owner: usize,
@@ -461,6 +559,22 @@ enum SightedStep {
     ToExpiry {
         offset: i64,
     },
+}
+
+/// The call a sighted request goes through.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// `request_lease_v4`.
+    V4,
+    /// `request_lease_v5` (the call of a caller that did not hold the lease at its last
+    /// answer).
+    V5,
+    /// A holder's own call: the renewal statement, then v4 where it answers nothing.
+    Renewal,
+}
+
+fn via_strategy() -> impl Strategy<Value = Via> {
+    prop_oneof![Just(Via::V4), Just(Via::V5), Just(Via::Renewal)]
 }
 
 fn seen_strategy() -> impl Strategy<Value = Seen> {
@@ -475,13 +589,13 @@ fn seen_strategy() -> impl Strategy<Value = Seen> {
 
 fn sighted_step_strategy() -> impl Strategy<Value = SightedStep> {
     prop_oneof![
-        8 => (0usize..3, 1u64..=20, -1i64..=1, seen_strategy(), any::<bool>()).prop_map(
-            |(owner, ttl_ms, priority, seen, unheld)| SightedStep::Request {
+        8 => (0usize..3, 1u64..=20, -1i64..=1, seen_strategy(), via_strategy()).prop_map(
+            |(owner, ttl_ms, priority, seen, via)| SightedStep::Request {
                 owner,
                 ttl_ms,
                 priority,
                 seen,
-                unheld,
+                via,
             }
         ),
         1 => (0usize..3).prop_map(|owner| SightedStep::Release { owner }),
@@ -554,7 +668,7 @@ fn play_sighted(
                 ttl_ms,
                 priority,
                 seen,
-                unheld,
+                via,
             } => {
                 let request = LeaseRequest::new(
                     lease,
@@ -577,7 +691,7 @@ fn play_sighted(
                 .sparing_registrations_on_unchallenged_renewal(&registered);
                 let (transition, response) = sql
                     .runtime
-                    .block_on(sql.sighted(unheld, &request, at, sighting))
+                    .block_on(sql.sighted(via, &request, at, sighting))
                     .map_err(|e| fail(format!("step {i}: {e}")))?;
                 prop_assert_eq!(
                     (transition, &response),
@@ -676,7 +790,9 @@ fn sighted_sql_decisions_match_the_domain(driver: PostgresDriver) {
     let (sql, guard) = Sql::new(driver);
     let cases = differential::Config::from_env_or(256).cases;
     let coverage = check_sighted(&sql, cases).unwrap_or_else(|e| {
-        panic!("request_lease_v4 or v5 and decide_request_sighted disagree: {e}")
+        panic!(
+            "request_lease_v4, v5 or the renewal statement and decide_request_sighted disagree: {e}"
+        )
     });
     println!("{driver}: {coverage:?}");
     assert!(
