@@ -11,8 +11,9 @@
 //! * then on each storage (the deadpool storage on that deadpool pool, the sqlx storage on that
 //!   `PgPool`, both passed in as an application passes its pool, and a sqlx storage built from
 //!   the URL, with a pool of its own of the same size):
-//!   * **renewal**: `request_lease` renewing one of 1,000 held leases (one call of the PL/pgSQL
-//!     function);
+//!   * **renewal**: `request_lease` renewing one of 1,000 held leases (one statement, the
+//!     holder's renewal `UPDATE`, since the fourteenth session; a call of the PL/pgSQL function
+//!     before);
 //!   * **renewal, 2 live standbys**: the same on 1,000 other leases that each have two live
 //!     standby contenders, the shape of a three-replica deployment;
 //!   * **standby's request**: a contender's `request_lease` on one of 1,000 leases held by

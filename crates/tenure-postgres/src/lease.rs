@@ -1,8 +1,9 @@
 //! Leases: the SQL of each lease call, and the calls themselves, on any driver.
 //!
 //! The counterpart of `tenure_ports::lease`. Each call is one statement in autocommit (a
-//! holder's, at most two): a call of a function shipped in `migrations/`, which serializes the calls on one lease with a
-//! transaction-scoped advisory lock, reads the clock after the lock, decides, and writes. Every
+//! holder's, at most two): a call of a function shipped in `migrations/`, which serializes the
+//! calls on one lease with a transaction-scoped advisory lock, reads the clock after the lock,
+//! decides, and writes (or the holder's renewal statement, which does the same). Every
 //! statement is built once per storage from the validated prefix; every value travels as a
 //! bind parameter.
 //!
@@ -206,9 +207,8 @@ impl LeaseStatements {
 /// lookup failed for type", where a function's call is refused and prepared anew).
 /// The leading comment names the statement where the server shows it (`pg_stat_activity`,
 /// `pg_stat_statements`, the log), as a function's name does. Why one statement: the function
-/// call's own machinery cost the server about a tenth of a
-/// renewal (`pgbench`, `docs/benchmarks.md`), which the renewal's throughput target did not
-/// leave.
+/// call's own machinery cost the server's renewal rate 0.06 to 0.07 of the floor's (`pgbench`:
+/// 0.82x through v4, 0.88x to 0.89x this way; `docs/benchmarks.md`).
 fn renewal_sql(p: &str, now: &str) -> String {
     format!(
         "/* {p}renew_lease */ UPDATE {p}leases AS l \
