@@ -38,7 +38,9 @@ use tokio::task::JoinHandle;
 pub(crate) use self::carpool::Carpools;
 use self::carpool::{Carpool, Carried, Load, Outcome, Ticket};
 use crate::connection::lane::{self, Standing};
-use crate::connection::{Checkout, Detached, Driver, Link, Param, Sql, one_row, timed_out};
+use crate::connection::{
+    Checkout, Detached, Driver, Link, Param, Sql, at_most_one_row, one_row, timed_out,
+};
 use crate::decode;
 use crate::error::Failure;
 use crate::prefix::TablePrefix;
@@ -455,6 +457,20 @@ struct Seat<'a, D: Driver> {
     turn: Option<lane::Turn<'a>>,
 }
 
+impl<D: Driver> Seat<'_, D> {
+    /// One statement of a lease call on this seat's connection.
+    async fn call(
+        &mut self,
+        sql: &Sql,
+        params: &[Param<'_>],
+    ) -> Result<Vec<D::Row>, EventStorageError> {
+        self.connection
+            .query(sql, params)
+            .await
+            .map_err(|e| e.into_storage(WHAT))
+    }
+}
+
 /// The way of one request: its own call, or a place in another request's call ([`carpool`]).
 struct Way<'a, 'p, D> {
     link: &'a Arc<Link<D>>,
@@ -600,28 +616,12 @@ impl<'a, D: Driver> Way<'a, '_, D> {
     /// Its own call on `seat`: a holder's renewal statement first, where it has one, then,
     /// unless that answered, `sql`.
     async fn own_call(&self, seat: &mut Seat<'a, D>) -> Result<D::Row, EventStorageError> {
-        if let Some((sql, params)) = self.renewal {
-            let mut rows = seat
-                .connection
-                .query(sql, params)
-                .await
-                .map_err(|e| e.into_storage(WHAT))?;
-            match rows.len() {
-                0 => {}
-                1 => return Ok(rows.remove(0)),
-                n => {
-                    return Err(EventStorageError::internal(format!(
-                        "{WHAT}: the renewal statement answered {n} rows"
-                    )));
-                }
-            }
+        if let Some((sql, params)) = self.renewal
+            && let Some(row) = at_most_one_row(WHAT, seat.call(sql, params).await?)?
+        {
+            return Ok(row);
         }
-        let rows = seat
-            .connection
-            .query(self.sql, self.params)
-            .await
-            .map_err(|e| e.into_storage(WHAT))?;
-        one_row(WHAT, rows)
+        one_row(WHAT, seat.call(self.sql, self.params).await?)
     }
 
     /// On `seat`, in a task of its own bounded by the call timeout: one call for its own
@@ -738,12 +738,7 @@ async fn carry<D: Driver>(
         Param::Int8(seen_heartbeat),
         Param::Int8(seen_for),
     ];
-    let rows = seat
-        .connection
-        .query(own_sql, &params)
-        .await
-        .map_err(|e| e.into_storage(WHAT))?;
-    one_row(WHAT, rows)
+    one_row(WHAT, seat.call(own_sql, &params).await?)
 }
 
 /// One call of `request_leases_v1` for the requests of `load`, its own first.

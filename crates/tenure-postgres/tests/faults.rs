@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use support::{
-    LOCK_KEY_SQL, XorShift, admin, backends, blocked_on_lock, builder, fresh_prefix, fresh_storage,
-    settled_backends, sqlx_pool, url_named,
+    LOCK_KEY_SQL, XorShift, admin, backends, blocked_on_lock, builder, deadpool_pool, fresh_prefix,
+    fresh_storage, named_builder, settled_backends, sqlx_pool, url_named,
 };
 use tenure_pg_test::cluster::{Cluster, StopMode};
 use tenure_ports::{
@@ -506,10 +506,7 @@ async fn a_stalled_connection_is_unavailable_in_time_and_replaced(driver: Postgr
     // The next call waits for the stalled connection to be given up on and replaced within the
     // same timeout: 500 ms left it little on a loaded machine.
     let timeout = Duration::from_secs(1);
-    let storage = PostgresEventStorage::builder().driver(driver)
-        .url(url_named(&name))
-        .driver(driver)
-        .prefix(guard.prefix())
+    let storage = named_builder(driver, &guard, &name)
         .pool_size(1)
         .call_timeout(timeout)
         .build()
@@ -549,9 +546,9 @@ const KILLED_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// server restart does to a pool). No call waits for the call timeout (a call on a killed
 /// session fails at once, as `Unavailable`: when in flight, or at the next use of an idle one,
 /// which a pool without a check before each checkout hands out once), and every caller is
-/// answered again after the kill. Until 2026-12-07 the sqlx driver's own pool could leave every caller waiting for a
-/// connection handed over while connections sat idle in sqlx's pool (see `Acquired` in
-/// `src/connection/sqlx.rs`): 6 of 38 runs hung for the whole call timeout.
+/// answered again after the kill. Until 2026-12-07 the sqlx driver's own pool could leave every
+/// caller waiting for a connection handed over while connections sat idle in sqlx's pool (see
+/// `Acquired` in `src/connection/sqlx.rs`): 6 of 38 runs hung for the whole call timeout.
 async fn every_connection_killed_at_once(storage: PostgresEventStorage, name: &str) {
     let storage = Arc::new(storage);
     let stop = Instant::now() + Duration::from_secs(5);
@@ -613,10 +610,7 @@ on_each_driver! {
 async fn every_connection_of_its_own_pool_killed_at_once(driver: PostgresDriver) {
     let guard = fresh_prefix();
     let name = format!("killall-{}", guard.prefix());
-    let storage = PostgresEventStorage::builder()
-        .url(url_named(&name))
-        .driver(driver)
-        .prefix(guard.prefix())
+    let storage = named_builder(driver, &guard, &name)
         .pool_size(8)
         .call_timeout(KILLED_CALL_TIMEOUT)
         .build()
@@ -646,18 +640,7 @@ async fn every_connection_of_an_application_s_pool_killed_at_once(
 async fn every_connection_of_an_application_s_deadpool_pool_killed_at_once() {
     let guard = fresh_prefix();
     let name = format!("killall-dp-{}", guard.prefix());
-    let config = url_named(&name).parse::<tokio_postgres::Config>().unwrap();
-    let manager = tenure_postgres::deadpool_postgres::Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        tenure_postgres::deadpool_postgres::ManagerConfig {
-            recycling_method: tenure_postgres::deadpool_postgres::RecyclingMethod::Fast,
-        },
-    );
-    let pool = tenure_postgres::deadpool_postgres::Pool::builder(manager)
-        .max_size(8)
-        .build()
-        .unwrap();
+    let pool = deadpool_pool(&url_named(&name), 8);
     every_connection_of_an_application_s_pool_killed_at_once(pool.into(), &guard, &name).await;
 }
 

@@ -8,7 +8,7 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{admin, builder, fresh_prefix, fresh_storage, server, url_named};
+use support::{admin, builder, fresh_prefix, fresh_storage, named_builder, server};
 use tenure_pg_test::PrefixGuard;
 use tenure_ports::{
     AppendRequest, EventQuery, EventStorage, EventStorageError, LeaseRequest, LeaseStatus,
@@ -756,10 +756,7 @@ async fn closing_makes_every_clone_fail_with_closed_and_closes_its_own_pool(
 ) {
     let guard = fresh_prefix();
     let name = format!("closing-{}", guard.prefix());
-    let storage = PostgresEventStorage::builder()
-        .url(url_named(&name))
-        .driver(driver)
-        .prefix(guard.prefix())
+    let storage = named_builder(driver, &guard, &name)
         .build()
         .await
         .unwrap();
@@ -806,15 +803,7 @@ async fn closing_leaves_an_application_pool_open(driver: PostgresDriver) {
     let still_open: Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = i64>>>>;
     let storage = match driver {
         PostgresDriver::Deadpool => {
-            let config = server().url.parse::<tokio_postgres::Config>().unwrap();
-            let manager = tenure_postgres::deadpool_postgres::Manager::new(
-                config,
-                tokio_postgres::NoTls,
-            );
-            let pool = tenure_postgres::deadpool_postgres::Pool::builder(manager)
-                .max_size(2)
-                .build()
-                .unwrap();
+            let pool = support::deadpool_pool(&server().url, 2);
             let storage = shared(pool.clone().into()).await.unwrap();
             still_open = Box::new(move || {
                 let pool = pool.clone();

@@ -356,6 +356,19 @@ pub(crate) fn timed_out(what: &'static str, timeout: Duration) -> EventStorageEr
     ))
 }
 
+/// The row of an answer that has one, if any; more is an error.
+pub(crate) fn at_most_one_row<R>(
+    what: &'static str,
+    mut rows: Vec<R>,
+) -> Result<Option<R>, EventStorageError> {
+    match rows.len() {
+        0 | 1 => Ok(rows.pop()),
+        n => Err(EventStorageError::internal(format!(
+            "{what}: expected at most one row, got {n}"
+        ))),
+    }
+}
+
 /// The one row of an answer that must have exactly one.
 pub(crate) fn one_row<R>(what: &'static str, mut rows: Vec<R>) -> Result<R, EventStorageError> {
     match rows.len() {

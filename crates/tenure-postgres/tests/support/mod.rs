@@ -47,6 +47,19 @@ pub async fn sqlx_pool(url: &str, size: u32) -> tenure_postgres::sqlx_0_9::PgPoo
         .expect("a sqlx pool on the test server")
 }
 
+/// A deadpool pool of the application's own, as an application builds one: `size`
+/// connections, deadpool-postgres's default (fast) recycling, no TLS.
+pub fn deadpool_pool(url: &str, size: usize) -> tenure_postgres::deadpool_postgres::Pool {
+    let config = url
+        .parse::<tokio_postgres::Config>()
+        .expect("the test server's URL");
+    let manager = tenure_postgres::deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    tenure_postgres::deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .expect("a deadpool pool on the test server")
+}
+
 /// The test server's URL with `application_name` set, so that a test can find (or kill) the
 /// sessions of the storage it builds.
 pub fn url_named(application_name: &str) -> String {
@@ -73,6 +86,15 @@ pub fn builder(driver: PostgresDriver, prefix: &PrefixGuard) -> PostgresEventSto
         .prefix(prefix.prefix())
         .pool_size(4)
         .call_timeout(Duration::from_secs(10))
+}
+
+/// [`builder`] with the sessions named `application_name` ([`url_named`]).
+pub fn named_builder(
+    driver: PostgresDriver,
+    prefix: &PrefixGuard,
+    application_name: &str,
+) -> PostgresEventStorageBuilder {
+    builder(driver, prefix).url(url_named(application_name))
 }
 
 /// A storage on a fresh prefix, schema ensured. Keep the guard alive as long as the storage.
