@@ -17,9 +17,12 @@
 //! and answers a standby whose registration is fresh from two index look-ups
 //! (`0011_lease_functions_v5.sql`); a caller that held it sends the renewal statement first, one
 //! `UPDATE` that answers an unchallenged renewal without a function call ([`renewal_sql`]), and
-//! calls v4 where it answers nothing.
+//! calls v4 where it answers nothing. Requests that waited for a connection are carried
+//! together ([`carpool`]); renewals so carried are renewed by one `UPDATE` for all of them
+//! ([`renewals`]) before `request_leases_v1` decides what it leaves.
 
 mod carpool;
+mod renewals;
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -36,7 +39,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub(crate) use self::carpool::Carpools;
-use self::carpool::{Carpool, Carried, Load, Outcome, Ticket};
+use self::carpool::{Carpool, Carried, Load, Outcome, Passenger, Ticket};
 use crate::connection::lane::{self, Standing};
 use crate::connection::{
     Checkout, Detached, Driver, Link, Param, Sql, at_most_one_row, one_row, timed_out,
@@ -60,6 +63,9 @@ pub(crate) struct LeaseStatements {
     /// renewals, standbys' with standbys'), carried in one call ([`carpool`]); one row per
     /// request, its answer, or NULL where it was left undecided.
     request_carried: Sql,
+    /// Renewals carried together, in one `UPDATE`, before `request_carried` decides what it
+    /// leaves ([`renewals`]).
+    renewals: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
     #[cfg(feature = "testing")]
@@ -70,6 +76,12 @@ pub(crate) struct LeaseStatements {
     /// `renewal` with the clock argument.
     #[cfg(feature = "testing")]
     renewal_at: Sql,
+    /// `request_carried` with the clock argument.
+    #[cfg(feature = "testing")]
+    request_carried_at: Sql,
+    /// `renewals` with the clock argument.
+    #[cfg(feature = "testing")]
+    renewals_at: Sql,
     /// `request_lease_v1`, what a process of the previous release calls (see [`Version::V1`]).
     #[cfg(feature = "testing")]
     request_v1: Sql,
@@ -98,6 +110,7 @@ impl LeaseStatements {
                    FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8)"
             )
             .into(),
+            renewals: renewals::renewals_sql(p, "clock_timestamp()").into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
             request_at: format!(
@@ -113,6 +126,15 @@ impl LeaseStatements {
             .into(),
             #[cfg(feature = "testing")]
             renewal_at: renewal_sql(p, &at(5)).into(),
+            #[cfg(feature = "testing")]
+            request_carried_at: format!(
+                "SELECT CASE WHEN o_decided THEN o_outcome END \
+                   FROM {p}request_leases_v1($1, $2, $3, $4, $5, $6, $7, $8, {})",
+                at(9)
+            )
+            .into(),
+            #[cfg(feature = "testing")]
+            renewals_at: renewals::renewals_sql(p, &at(5)).into(),
             #[cfg(feature = "testing")]
             request_v1: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
             #[cfg(feature = "testing")]
@@ -172,6 +194,27 @@ impl LeaseStatements {
         }
         let _ = at;
         &self.renewal
+    }
+
+    /// `request_leases_v1`, with the clock argument when `at` is set.
+    fn carried(&self, at: Option<i64>) -> &Sql {
+        #[cfg(feature = "testing")]
+        if at.is_some() {
+            return &self.request_carried_at;
+        }
+        let _ = at;
+        &self.request_carried
+    }
+
+    /// The renewal statement for many ([`renewals::renewals_sql`]), with the clock argument
+    /// when `at` is set.
+    pub(crate) fn renewals(&self, at: Option<i64>) -> &Sql {
+        #[cfg(feature = "testing")]
+        if at.is_some() {
+            return &self.renewals_at;
+        }
+        let _ = at;
+        &self.renewals
     }
 
     /// `request_lease_v1`, with the clock argument when `at` is set.
@@ -634,9 +677,8 @@ impl<'a, D: Driver> Way<'a, '_, D> {
         load: Load<D::Row>,
     ) -> JoinHandle<Result<D::Row, EventStorageError>> {
         let detached = self.link.detach(seat.connection, seat.turn);
-        let sql = Sql::clone(&self.statements.request_carried);
-        let own_sql = Sql::clone(self.statements.request(load.own.held, None));
-        tokio::spawn(carry_detached(detached, sql, own_sql, load))
+        let sql = CarrySql::new(self.statements, load.own.held, None);
+        tokio::spawn(carry_detached(detached, sql, load))
     }
 }
 
@@ -652,77 +694,76 @@ async fn carrying<R>(
     }
 }
 
+/// The statements of a call that carries others, and the clock argument (tests).
+struct CarrySql {
+    /// The renewal statement for many ([`renewals::renewals_sql`]), tried first when the
+    /// requests are renewals.
+    renewals: Option<Sql>,
+    /// `request_leases_v1`.
+    carried: Sql,
+    /// The own request's own call, where the others left it undecided.
+    own: Sql,
+    clock: Option<i64>,
+}
+
+impl CarrySql {
+    /// For a load of renewals (`held`) or of standbys' requests, with the clock argument when
+    /// `at` is set (tests).
+    fn new(statements: &LeaseStatements, held: bool, at: Option<i64>) -> Self {
+        CarrySql {
+            renewals: held.then(|| Sql::clone(statements.renewals(at))),
+            carried: Sql::clone(statements.carried(at)),
+            own: Sql::clone(statements.request(held, at)),
+            clock: at,
+        }
+    }
+}
+
 /// The task of a call that carries others: [`carry`] on `detached`, within the call timeout.
-/// `sql` is `request_leases_v1`'s statement, `own_sql` the own request's own call.
 async fn carry_detached<D: Driver>(
     mut detached: Detached<D>,
-    sql: Sql,
-    own_sql: Sql,
+    sql: CarrySql,
     load: Load<D::Row>,
 ) -> Result<D::Row, EventStorageError> {
     let timeout = detached.link().call_timeout();
     let (connection, turn) = detached.attach();
     let mut seat = Seat { connection, turn };
-    match tokio::time::timeout(timeout, carry(&mut seat, &sql, &own_sql, load)).await {
+    match tokio::time::timeout(timeout, carry(&mut seat, &sql, load)).await {
         Ok(answer) => answer,
         Err(_) => Err(timed_out(WHAT, timeout)),
     }
 }
 
-/// On `seat`: one call of `sql` (`request_leases_v1`) for `load`'s own request and the others;
-/// each carried request is told its [`Outcome`]; the own request's answer, from its own call
-/// of `own_sql` on the same connection if the carrying call left it undecided.
+/// On `seat`: for renewals, the renewal statement for many ([`renewals`]); then one call of
+/// `request_leases_v1` for the requests of `load` it left, the own one first; each carried
+/// request is told its [`Outcome`]; the own request's answer, from its own call on the same
+/// connection if both left it undecided.
 async fn carry<D: Driver>(
     seat: &mut Seat<'_, D>,
-    sql: &Sql,
-    own_sql: &Sql,
+    sql: &CarrySql,
     load: Load<D::Row>,
 ) -> Result<D::Row, EventStorageError> {
-    let sent = carried_call(&mut seat.connection, sql, &load).await;
-    let own = match sent {
-        Ok(rows) if rows.len() == load.others.len() + 1 => {
-            let mut rows = rows.into_iter();
-            let own = rows.next();
-            for ((_, answer), row) in load.others.into_iter().zip(rows) {
-                let outcome = match decode::lease::decided(&row) {
-                    Ok(true) => Outcome::Answered(row),
-                    Ok(false) => Outcome::Alone,
-                    Err(e) => Outcome::Failed(e.to_string()),
-                };
-                let _ = answer.send(outcome);
+    let (renewed, load) = match &sql.renewals {
+        Some(renewals) => {
+            match renewals::renew(&mut seat.connection, renewals, sql.clock, load).await {
+                Ok(left) => (left.own, left.load),
+                Err((e, load)) => {
+                    let e = e.into_storage(WHAT);
+                    fail(load.others, &e);
+                    return Err(e);
+                }
             }
-            own.filter(|row| decode::lease::decided(row).unwrap_or(false))
         }
-        Ok(rows) => {
-            let why = format!(
-                "request_leases_v1 answered {} rows for {} requests",
-                rows.len(),
-                load.others.len() + 1
-            );
-            for (_, answer) in load.others {
-                let _ = answer.send(Outcome::Failed(why.clone()));
-            }
-            return Err(EventStorageError::internal(format!("{WHAT}: {why}")));
-        }
-        // Refused as a whole, in autocommit: nothing was written, and the connection is
-        // sound. Each goes on its own, to its own error or answer.
-        Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
-            tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
-            for (_, answer) in load.others {
-                let _ = answer.send(Outcome::Alone);
-            }
-            None
-        }
-        Err(e) => {
-            let e = e.into_storage(WHAT);
-            let why = format!("the call that carried this request failed: {e}");
-            for (_, answer) in load.others {
-                let _ = answer.send(Outcome::Failed(why.clone()));
-            }
-            return Err(e);
-        }
+        None => (None, load),
     };
-    if let Some(row) = own {
+    if let Some(row) = renewed {
+        // Renewed: the others it left still get their call, whose failure is theirs.
+        if !load.others.is_empty() {
+            let _ = carry_others(seat, sql, None, load.others).await;
+        }
+        return Ok(row);
+    }
+    if let Some(row) = carry_others(seat, sql, Some(&load.own), load.others).await? {
         return Ok(row);
     }
     // Its own request was left undecided (its lease's lock is held elsewhere): its own call,
@@ -737,41 +778,185 @@ async fn carry<D: Driver>(
         Param::Int8(seen_token),
         Param::Int8(seen_heartbeat),
         Param::Int8(seen_for),
+        Param::Int8(sql.clock.unwrap_or_default()),
     ];
-    one_row(WHAT, seat.call(own_sql, &params).await?)
+    let params = &params[..7 + usize::from(sql.clock.is_some())];
+    one_row(WHAT, seat.call(&sql.own, params).await?)
 }
 
-/// One call of `request_leases_v1` for the requests of `load`, its own first.
-async fn carried_call<D: Driver, R>(
+/// Tells each of `others` that the call carrying it failed with `e`.
+fn fail<R>(others: Vec<Passenger<R>>, e: &EventStorageError) {
+    let why = format!("the call that carried this request failed: {e}");
+    for (_, answer) in others {
+        let _ = answer.send(Outcome::Failed(why.clone()));
+    }
+}
+
+/// On `seat`: one call of `request_leases_v1` for `own` (if set) and `others`; each of
+/// `others` is told its [`Outcome`]; `own`'s answer if it was decided.
+async fn carry_others<D: Driver>(
+    seat: &mut Seat<'_, D>,
+    sql: &CarrySql,
+    own: Option<&Carried>,
+    others: Vec<Passenger<D::Row>>,
+) -> Result<Option<D::Row>, EventStorageError> {
+    let requests: Vec<&Carried> = own
+        .into_iter()
+        .chain(others.iter().map(|(r, _)| r))
+        .collect();
+    let sent = carried_call(&mut seat.connection, &sql.carried, &requests, sql.clock).await;
+    match sent {
+        Ok(rows) if rows.len() == requests.len() => {
+            let mut rows = rows.into_iter();
+            let own = own.and_then(|_| rows.next());
+            for ((_, answer), row) in others.into_iter().zip(rows) {
+                let outcome = match decode::lease::decided(&row) {
+                    Ok(true) => Outcome::Answered(row),
+                    Ok(false) => Outcome::Alone,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                };
+                let _ = answer.send(outcome);
+            }
+            Ok(own.filter(|row| decode::lease::decided(row).unwrap_or(false)))
+        }
+        Ok(rows) => {
+            let why = format!(
+                "request_leases_v1 answered {} rows for {} requests",
+                rows.len(),
+                requests.len()
+            );
+            for (_, answer) in others {
+                let _ = answer.send(Outcome::Failed(why.clone()));
+            }
+            Err(EventStorageError::internal(format!("{WHAT}: {why}")))
+        }
+        // Refused as a whole, in autocommit: nothing was written, and the connection is
+        // sound. Each goes on its own, to its own error or answer.
+        Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
+            tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "carried requests refused; each goes on its own");
+            for (_, answer) in others {
+                let _ = answer.send(Outcome::Alone);
+            }
+            Ok(None)
+        }
+        Err(e) => {
+            let e = e.into_storage(WHAT);
+            fail(others, &e);
+            Err(e)
+        }
+    }
+}
+
+/// One call of `request_leases_v1` (`sql`, with `clock`, in tests) for `requests`.
+async fn carried_call<D: Driver>(
     connection: &mut Checkout<'_, D>,
     sql: &Sql,
-    load: &Load<R>,
+    requests: &[&Carried],
+    clock: Option<i64>,
 ) -> Result<Vec<D::Row>, Failure> {
-    let requests = || std::iter::once(&load.own).chain(load.others.iter().map(|(r, _)| r));
-    let names: Vec<&str> = requests().map(|r| r.lease_name.as_str()).collect();
-    let owners: Vec<&str> = requests().map(|r| r.owner.as_str()).collect();
-    let column = |f: fn(&Carried) -> i64| requests().map(f).collect::<Vec<i64>>();
+    let names: Vec<&str> = requests.iter().map(|r| r.lease_name.as_str()).collect();
+    let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
+    let column = |f: fn(&Carried) -> i64| requests.iter().map(|r| f(r)).collect::<Vec<i64>>();
     let priorities = column(|r| r.priority);
     let ttls = column(|r| r.ttl_micros);
     let tokens = column(|r| r.seen[0]);
     let heartbeats = column(|r| r.seen[1]);
     let unchanged = column(|r| r.seen[2]);
-    let held: Vec<bool> = requests().map(|r| r.held).collect();
+    let held: Vec<bool> = requests.iter().map(|r| r.held).collect();
+    let params = [
+        Param::TextRefs(&names),
+        Param::TextRefs(&owners),
+        Param::Int8s(&priorities),
+        Param::Int8s(&ttls),
+        Param::Int8s(&tokens),
+        Param::Int8s(&heartbeats),
+        Param::Int8s(&unchanged),
+        Param::Bools(&held),
+        Param::Int8(clock.unwrap_or_default()),
+    ];
     connection
-        .query(
-            sql,
-            &[
-                Param::TextRefs(&names),
-                Param::TextRefs(&owners),
-                Param::Int8s(&priorities),
-                Param::Int8s(&ttls),
-                Param::Int8s(&tokens),
-                Param::Int8s(&heartbeats),
-                Param::Int8s(&unchanged),
-                Param::Bools(&held),
-            ],
-        )
+        .query(sql, &params[..8 + usize::from(clock.is_some())])
         .await
+}
+
+/// `requests` (holders' renewals, with exactly these sightings) carried together in one call
+/// as a renewal that got a connection carries the others that wait, with `at` standing in for
+/// the database clock: the renewal statement for many, then `request_leases_v1` for those it
+/// left, then (as each would go on its own) `request_lease_v4` for any left undecided. The
+/// answers in order; nothing is recorded. For the property test (`tests/carried.rs`), which
+/// passes `renewals` in place of the renewal statement for many in a negative control.
+#[cfg(feature = "testing")]
+pub(crate) async fn request_carried_renewals_at<D: Driver>(
+    link: &Arc<Link<D>>,
+    statements: &LeaseStatements,
+    requests: &[(LeaseRequest, Option<Sighting>)],
+    at: tenure_ports::Timestamp,
+    renewals: Option<&Sql>,
+) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+    let at = at.as_micros();
+    let (mut carried, mut names) = (Vec::new(), Vec::new());
+    for (request, sighting) in requests {
+        let (name, ttl) = request.check_with_lease_name()?;
+        names.push(name);
+        carried.push(Carried {
+            lease_name: request.lease_name.as_str().to_owned(),
+            owner: request.owner.as_str().to_owned(),
+            priority: request.priority,
+            ttl_micros: ttl_micros(ttl)?,
+            seen: sighting_params(sighting.as_ref()),
+            held: true,
+        });
+    }
+    let mut carried = carried.into_iter();
+    let Some(own) = carried.next() else {
+        return Ok(Vec::new());
+    };
+    let (others, answers): (Vec<_>, Vec<_>) = carried
+        .map(|request| {
+            let (tell, told) = oneshot::channel();
+            ((request.clone(), tell), (request, told))
+        })
+        .unzip();
+    let mut seat = Seat {
+        connection: link.checkout(WHAT).await?,
+        turn: None,
+    };
+    let mut sql = CarrySql::new(statements, true, Some(at));
+    if let Some(renewals) = renewals {
+        sql.renewals = Some(Sql::clone(renewals));
+    }
+    let mut rows = vec![carry(&mut seat, &sql, Load { own, others }).await?];
+    for (request, mut told) in answers {
+        let row = match told.try_recv() {
+            Ok(Outcome::Answered(row)) => row,
+            Ok(Outcome::Alone) => {
+                let [token, heartbeat, unchanged] = request.seen;
+                let params = [
+                    Param::Text(&request.lease_name),
+                    Param::Text(&request.owner),
+                    Param::Int8(request.priority),
+                    Param::Int8(request.ttl_micros),
+                    Param::Int8(token),
+                    Param::Int8(heartbeat),
+                    Param::Int8(unchanged),
+                    Param::Int8(at),
+                ];
+                one_row(WHAT, seat.call(&sql.own, &params).await?)?
+            }
+            Ok(Outcome::Failed(why)) => return Err(EventStorageError::unavailable(why)),
+            Err(_) => {
+                return Err(EventStorageError::internal(
+                    "a carried request was not told its outcome",
+                ));
+            }
+        };
+        rows.push(row);
+    }
+    names
+        .into_iter()
+        .zip(rows)
+        .map(|(name, row)| decode::lease::response(name, &row))
+        .collect()
 }
 
 /// `release_lease`: one call of `<prefix>release_lease_v1`; says whether the record was

@@ -97,6 +97,44 @@ impl PostgresEventStorage {
         on_adapter!(self.engine(), a => a.leases.renewal(Some(0)).to_string())
     }
 
+    /// Holders' renewals, each with exactly its sighting, carried together in one call as a
+    /// renewal that got a connection carries those that wait for one, with `now` standing in
+    /// for the database clock: the renewal statement for many (one `UPDATE` that renews every
+    /// unchallenged holder whose lease appears once among them), then `request_leases_v1` for
+    /// the requests it left, then `request_lease_v4` for any left undecided. The answers, in
+    /// order; nothing is recorded.
+    pub async fn request_leases_renewing_at(
+        &self,
+        requests: &[(LeaseRequest, Option<Sighting>)],
+        now: Timestamp,
+    ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+        on_adapter!(self.engine(), a => {
+            lease::request_carried_renewals_at(&a.link, &a.leases, requests, now, None).await
+        })
+    }
+
+    /// [`request_leases_renewing_at`](Self::request_leases_renewing_at) with `statement` in
+    /// place of the renewal statement for many (same parameters), for a negative control.
+    pub async fn request_leases_renewing_with_at(
+        &self,
+        requests: &[(LeaseRequest, Option<Sighting>)],
+        now: Timestamp,
+        statement: &str,
+    ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+        let statement: crate::connection::Sql = statement.into();
+        on_adapter!(self.engine(), a => {
+            lease::request_carried_renewals_at(&a.link, &a.leases, requests, now, Some(&statement))
+                .await
+        })
+    }
+
+    /// The text of the renewal statement for many, as
+    /// [`request_leases_renewing_at`](Self::request_leases_renewing_at) sends it: with the
+    /// clock as its fifth parameter (µs since the Unix epoch).
+    pub fn renewals_statement_at(&self) -> String {
+        on_adapter!(self.engine(), a => a.leases.renewals(Some(0)).to_string())
+    }
+
     /// One lease request as `version` makes it, with `now` standing in for the database clock.
     async fn request_lease_with(
         &self,

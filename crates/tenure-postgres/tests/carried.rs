@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime};
 
 use support::{XorShift, server};
 use tenure_pg_test::PrefixGuard;
+use tenure_ports::{FencingToken, LeaseRequest, Sighting, Timestamp};
+use tenure_postgres::{PostgresDriver, PostgresEventStorage};
 
 /// One of `of`, at random.
 fn pick<'a>(rng: &mut XorShift, of: &[&'a str]) -> &'a str {
@@ -266,4 +268,273 @@ async fn the_check_catches_carried_requests_decided_out_of_turn() {
         caught.is_err(),
         "the check missed requests decided out of turn"
     );
+}
+
+/// The leases and owners of the renewals' steps.
+const LEASES: [&str; 4] = ["a", "b", "c", "d"];
+const OWNERS: [&str; 4] = ["o1", "o2", "o3", "o4"];
+
+/// `lease`'s stored owner and expiry (µs since the Unix epoch) on `prefix`, if it has a record.
+async fn holder(
+    client: &tokio_postgres::Client,
+    prefix: &str,
+    lease: &str,
+) -> Option<(String, i64)> {
+    client
+        .query_opt(
+            &format!(
+                "SELECT owner, (extract(epoch FROM heartbeat_at) * 1000000)::bigint + ttl_micros \
+                   FROM {prefix}leases WHERE lease_name = $1 AND released_at IS NULL"
+            ),
+            &[&lease],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+/// The sighting of `lease`'s stored tenure, unchanged since its heartbeat, at `now`.
+async fn implied_sighting(
+    client: &tokio_postgres::Client,
+    prefix: &str,
+    lease: &str,
+    now: Timestamp,
+) -> Option<Sighting> {
+    let [token, heartbeat, _] = sighting(client, prefix, lease).await;
+    Some(Sighting {
+        fencing_token: FencingToken::new(u64::try_from(token).ok()?)?,
+        heartbeat_at: Timestamp::from_micros(heartbeat),
+        unchanged_for: Duration::from_micros(
+            u64::try_from(now.as_micros() - heartbeat).unwrap_or(0),
+        ),
+    })
+}
+
+/// What the renewals' steps reached: the transitions answered, and how many renewals were
+/// answered while a registration stood (so that the registrations' bound was in play).
+#[derive(Debug, Default)]
+struct Reached {
+    transitions: BTreeSet<String>,
+    challenged_renewals: usize,
+    at_expiry: usize,
+}
+
+/// Plays `steps` random steps from `seed`: on `together`'s storage, each step's renewals
+/// (one to eight holders' requests, mostly by the stored holder, with its sighting or none)
+/// carried together as the adapter carries waiting renewals
+/// (`request_leases_renewing_at`, or `…_with_at` with `statement` in place of the renewal
+/// statement for many); on `alone`'s, `request_lease_v4` for each in turn; at the same
+/// clock, which now and then lands exactly on a lease's expiry. Standbys' requests and
+/// releases are mixed in, the same on both. The first difference, if any.
+async fn play_renewals(
+    client: &tokio_postgres::Client,
+    together: &(PostgresEventStorage, PrefixGuard),
+    alone: &(PostgresEventStorage, PrefixGuard),
+    seed: u64,
+    steps: usize,
+    statement: Option<&str>,
+) -> Result<Reached, String> {
+    let mut rng = XorShift(seed);
+    let mut reached = Reached::default();
+    let mut now = Timestamp::from_micros(1_800_000_000_000_000);
+    let on_both = [&together.0, &alone.0];
+    for step in 0..steps {
+        now = Timestamp::from_micros(now.as_micros() + rng.below(1_500_000) as i64);
+        if rng.below(4) == 0 {
+            // Exactly at a lease's expiry, if one is ahead.
+            let lease = pick(&mut rng, &LEASES);
+            if let Some((_, expiry)) = holder(client, alone.1.prefix(), lease).await
+                && expiry >= now.as_micros()
+            {
+                now = Timestamp::from_micros(expiry);
+                reached.at_expiry += 1;
+            }
+        }
+        if rng.below(8) == 0 {
+            let (lease, owner) = (pick(&mut rng, &LEASES), pick(&mut rng, &OWNERS));
+            for storage in on_both {
+                storage.release_lease_at(lease, owner, now).await.unwrap();
+            }
+        }
+        for _ in 0..rng.below(3) {
+            let request = LeaseRequest::new(
+                pick(&mut rng, &LEASES),
+                pick(&mut rng, &OWNERS),
+                rng.below(4) as i64,
+                Duration::from_secs([1, 3][rng.below(2) as usize]),
+            );
+            for storage in on_both {
+                storage
+                    .request_lease_unheld_sighted_at(&request, now, None)
+                    .await
+                    .unwrap();
+            }
+        }
+        let mut requests = Vec::new();
+        for _ in 0..=rng.below(8) {
+            let lease = pick(&mut rng, &LEASES);
+            let owner = match holder(client, alone.1.prefix(), lease).await {
+                Some((owner, _)) if rng.below(4) != 0 => owner,
+                _ => pick(&mut rng, &OWNERS).to_owned(),
+            };
+            let request = LeaseRequest::new(
+                lease,
+                owner,
+                rng.below(4) as i64,
+                Duration::from_secs([1, 3][rng.below(2) as usize]),
+            );
+            let sighting = if rng.below(2) == 0 {
+                implied_sighting(client, alone.1.prefix(), lease, now).await
+            } else {
+                None
+            };
+            requests.push((request, sighting));
+        }
+        let ours = match statement {
+            None => together.0.request_leases_renewing_at(&requests, now).await,
+            Some(statement) => {
+                together
+                    .0
+                    .request_leases_renewing_with_at(&requests, now, statement)
+                    .await
+            }
+        };
+        let mut theirs = Vec::new();
+        for (request, sighting) in &requests {
+            let challenged = !unregistered(client, alone.1.prefix(), &request.lease_name).await;
+            let answer = alone
+                .0
+                .request_lease_sighted_at(request, now, *sighting)
+                .await;
+            if let Ok((transition, _)) = &answer {
+                let transition = format!("{transition:?}");
+                if challenged && transition == "Renewed" {
+                    reached.challenged_renewals += 1;
+                }
+                reached.transitions.insert(transition);
+            }
+            theirs.push(answer);
+        }
+        let (ours, theirs) = (
+            format!("{ours:?}"),
+            format!("{:?}", theirs.into_iter().collect::<Result<Vec<_>, _>>()),
+        );
+        if ours != theirs {
+            return Err(format!(
+                "step {step}: carried together answers {ours}, in turn {theirs}"
+            ));
+        }
+        let (ours, theirs) = (
+            state(client, together.1.prefix()).await,
+            state(client, alone.1.prefix()).await,
+        );
+        if ours != theirs {
+            return Err(format!(
+                "step {step}: carried together leaves {ours:?}, in turn {theirs:?}"
+            ));
+        }
+    }
+    Ok(reached)
+}
+
+/// Whether `lease` has no stored registration on `prefix`.
+async fn unregistered(client: &tokio_postgres::Client, prefix: &str, lease: &str) -> bool {
+    client
+        .query_one(
+            &format!("SELECT count(*) = 0 FROM {prefix}lease_contenders WHERE lease_name = $1"),
+            &[&lease],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Renewals carried together on `driver`'s storage against `request_lease_v4` in turn, from
+/// `seed`, with `statement` in place of the renewal statement for many.
+async fn renewals_against_v4(
+    driver: PostgresDriver,
+    seed: u64,
+    steps: usize,
+    statement: impl Fn(&str) -> Option<String>,
+) -> Result<Reached, String> {
+    let client = tenure_pg_test::connect(&server().url).await.unwrap();
+    let together = support::fresh_storage(driver).await;
+    let alone = support::fresh_storage(driver).await;
+    let statement = statement(&together.0.renewals_statement_at());
+    play_renewals(
+        &client,
+        &together,
+        &alone,
+        seed,
+        steps,
+        statement.as_deref(),
+    )
+    .await
+}
+
+async fn carried_renewals_are_decided_as_calls_in_turn(driver: PostgresDriver) {
+    let reached = renewals_against_v4(driver, 0x9e37_79b9_7f4a_7c15, 300, |_| None)
+        .await
+        .unwrap();
+    // The steps reach every kind of decision, renewals of challenged leases, and expiries.
+    assert_eq!(
+        reached
+            .transitions
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        ["Created", "Reacquired", "Renewed", "Standby", "TakenOver"],
+        "{reached:?}"
+    );
+    assert!(reached.challenged_renewals >= 10, "{reached:?}");
+    assert!(reached.at_expiry >= 10, "{reached:?}");
+}
+
+#[tokio::test]
+async fn carried_renewals_are_decided_as_calls_in_turn_on_deadpool() {
+    carried_renewals_are_decided_as_calls_in_turn(PostgresDriver::Deadpool).await;
+}
+
+#[tokio::test]
+async fn carried_renewals_are_decided_as_calls_in_turn_on_sqlx() {
+    carried_renewals_are_decided_as_calls_in_turn(PostgresDriver::Sqlx09).await;
+}
+
+/// The renewal statement for many, with `shipped` replaced by `broken`, must be caught.
+async fn caught_renewals(shipped: &str, broken: &str, what: &str) {
+    let caught = renewals_against_v4(
+        PostgresDriver::Deadpool,
+        0x2545_f491_4f6c_dd1d,
+        300,
+        |sql| {
+            assert_eq!(
+                sql.matches(shipped).count(),
+                1,
+                "{what}: the statement moved"
+            );
+            Some(sql.replace(shipped, broken))
+        },
+    )
+    .await;
+    assert!(caught.is_err(), "the check missed {what}");
+}
+
+#[tokio::test]
+async fn the_check_catches_carried_renewals_at_expiry() {
+    caught_renewals(
+        "c.now < l.heartbeat_at",
+        "c.now <= l.heartbeat_at",
+        "a renewal of an expired lease",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_check_catches_carried_renewals_that_miss_a_challenger() {
+    caught_renewals(
+        "l.contender_priority_bound <= r.priority",
+        "l.contender_priority_bound <= r.priority + 1",
+        "a renewal that misses a challenger",
+    )
+    .await;
 }

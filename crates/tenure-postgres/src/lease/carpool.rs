@@ -22,7 +22,10 @@
 //! connection out (renewals do not wait for the lane) carries the renewals that wait for one,
 //! so that a renewal never waits for standbys' decisions, and the renewals of thousands of
 //! leases cost the server a fraction of as many calls (203 µs of the backend's CPU per renewal
-//! alone, 35 among ten).
+//! alone, 35 among ten). Such a call first renews, in one `UPDATE`, every unchallenged holder
+//! among them (12 µs of the server's time each among 64, against 33 through
+//! `request_leases_v1`), and `request_leases_v1` decides only what that leaves
+//! ([`renewals`](super::renewals)).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
