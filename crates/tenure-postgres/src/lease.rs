@@ -768,13 +768,22 @@ async fn carry<D: Driver>(
     }
     // Its own request was left undecided (its lease's lock is held elsewhere): its own call,
     // on the same connection, as the request would have made it.
-    let own = &load.own;
-    let [seen_token, seen_heartbeat, seen_for] = own.seen;
+    alone_on(seat, sql, &load.own).await
+}
+
+/// `request`'s own call (`sql.own`, with `sql.clock` in tests) on `seat`: a carried request
+/// that the carrying call left undecided.
+async fn alone_on<D: Driver>(
+    seat: &mut Seat<'_, D>,
+    sql: &CarrySql,
+    request: &Carried,
+) -> Result<D::Row, EventStorageError> {
+    let [seen_token, seen_heartbeat, seen_for] = request.seen;
     let params = [
-        Param::Text(&own.lease_name),
-        Param::Text(&own.owner),
-        Param::Int8(own.priority),
-        Param::Int8(own.ttl_micros),
+        Param::Text(&request.lease_name),
+        Param::Text(&request.owner),
+        Param::Int8(request.priority),
+        Param::Int8(request.ttl_micros),
         Param::Int8(seen_token),
         Param::Int8(seen_heartbeat),
         Param::Int8(seen_for),
@@ -929,20 +938,7 @@ pub(crate) async fn request_carried_renewals_at<D: Driver>(
     for (request, mut told) in answers {
         let row = match told.try_recv() {
             Ok(Outcome::Answered(row)) => row,
-            Ok(Outcome::Alone) => {
-                let [token, heartbeat, unchanged] = request.seen;
-                let params = [
-                    Param::Text(&request.lease_name),
-                    Param::Text(&request.owner),
-                    Param::Int8(request.priority),
-                    Param::Int8(request.ttl_micros),
-                    Param::Int8(token),
-                    Param::Int8(heartbeat),
-                    Param::Int8(unchanged),
-                    Param::Int8(at),
-                ];
-                one_row(WHAT, seat.call(&sql.own, &params).await?)?
-            }
+            Ok(Outcome::Alone) => alone_on(&mut seat, &sql, &request).await?,
             Ok(Outcome::Failed(why)) => return Err(EventStorageError::unavailable(why)),
             Err(_) => {
                 return Err(EventStorageError::internal(
