@@ -19,10 +19,13 @@
 //! `UPDATE` that answers an unchallenged renewal without a function call ([`renewal_sql`]), and
 //! calls v4 where it answers nothing. Requests that waited for a connection are carried
 //! together ([`carpool`]); renewals so carried are renewed by one `UPDATE` for all of them
-//! ([`renewals`]) before `request_leases_v1` decides what it leaves.
+//! ([`renewals`]), and standbys so carried whose registration is fresh are answered by one
+//! read ([`kept`]), before `request_leases_v1` decides what is left.
 
 mod carpool;
+mod kept;
 mod renewals;
+mod together;
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -66,6 +69,9 @@ pub(crate) struct LeaseStatements {
     /// Renewals carried together, in one `UPDATE`, before `request_carried` decides what it
     /// leaves ([`renewals`]).
     renewals: Sql,
+    /// Standbys' requests carried together, those whose registration is fresh answered by
+    /// one read before `request_carried` decides what it leaves ([`kept`]).
+    kept: Sql,
     release: Sql,
     /// `request` with the clock argument (see [`Clock::At`]).
     #[cfg(feature = "testing")]
@@ -82,6 +88,9 @@ pub(crate) struct LeaseStatements {
     /// `renewals` with the clock argument.
     #[cfg(feature = "testing")]
     renewals_at: Sql,
+    /// `kept` with the clock argument.
+    #[cfg(feature = "testing")]
+    kept_at: Sql,
     /// `request_lease_v1`, what a process of the previous release calls (see [`Version::V1`]).
     #[cfg(feature = "testing")]
     request_v1: Sql,
@@ -111,6 +120,7 @@ impl LeaseStatements {
             )
             .into(),
             renewals: renewals::renewals_sql(p, "clock_timestamp()").into(),
+            kept: kept::kept_sql(p, "clock_timestamp()").into(),
             release: format!("SELECT o_released FROM {p}release_lease_v1($1, $2)").into(),
             #[cfg(feature = "testing")]
             request_at: format!(
@@ -135,6 +145,8 @@ impl LeaseStatements {
             .into(),
             #[cfg(feature = "testing")]
             renewals_at: renewals::renewals_sql(p, &at(5)).into(),
+            #[cfg(feature = "testing")]
+            kept_at: kept::kept_sql(p, &at(5)).into(),
             #[cfg(feature = "testing")]
             request_v1: format!("SELECT {p}request_lease_v1($1, $2, $3, $4)").into(),
             #[cfg(feature = "testing")]
@@ -215,6 +227,17 @@ impl LeaseStatements {
         }
         let _ = at;
         &self.renewals
+    }
+
+    /// The kept standbys' read for many ([`kept::kept_sql`]), with the clock argument when
+    /// `at` is set.
+    pub(crate) fn kept(&self, at: Option<i64>) -> &Sql {
+        #[cfg(feature = "testing")]
+        if at.is_some() {
+            return &self.kept_at;
+        }
+        let _ = at;
+        &self.kept
     }
 
     /// `request_lease_v1`, with the clock argument when `at` is set.
@@ -694,11 +717,19 @@ async fn carrying<R>(
     }
 }
 
+/// The statement a call that carries others sends first, for the requests it can answer
+/// together.
+enum First {
+    /// For renewals: the renewal statement for many ([`renewals::renewals_sql`]).
+    Renewals(Sql),
+    /// For standbys' requests: the kept standbys' read for many ([`kept::kept_sql`]).
+    Kept(Sql),
+}
+
 /// The statements of a call that carries others, and the clock argument (tests).
 struct CarrySql {
-    /// The renewal statement for many ([`renewals::renewals_sql`]), tried first when the
-    /// requests are renewals.
-    renewals: Option<Sql>,
+    /// Sent first ([`First`]).
+    first: First,
     /// `request_leases_v1`.
     carried: Sql,
     /// The own request's own call, where the others left it undecided.
@@ -711,7 +742,11 @@ impl CarrySql {
     /// `at` is set (tests).
     fn new(statements: &LeaseStatements, held: bool, at: Option<i64>) -> Self {
         CarrySql {
-            renewals: held.then(|| Sql::clone(statements.renewals(at))),
+            first: if held {
+                First::Renewals(Sql::clone(statements.renewals(at)))
+            } else {
+                First::Kept(Sql::clone(statements.kept(at)))
+            },
             carried: Sql::clone(statements.carried(at)),
             own: Sql::clone(statements.request(held, at)),
             clock: at,
@@ -734,7 +769,8 @@ async fn carry_detached<D: Driver>(
     }
 }
 
-/// On `seat`: for renewals, the renewal statement for many ([`renewals`]); then one call of
+/// On `seat`: the statement for the requests it can answer together ([`First`]: for renewals,
+/// the renewal statement for many; for standbys, the kept standbys' read); then one call of
 /// `request_leases_v1` for the requests of `load` it left, the own one first; each carried
 /// request is told its [`Outcome`]; the own request's answer, from its own call on the same
 /// connection if both left it undecided.
@@ -743,21 +779,22 @@ async fn carry<D: Driver>(
     sql: &CarrySql,
     load: Load<D::Row>,
 ) -> Result<D::Row, EventStorageError> {
-    let (renewed, load) = match &sql.renewals {
-        Some(renewals) => {
-            match renewals::renew(&mut seat.connection, renewals, sql.clock, load).await {
-                Ok(left) => (left.own, left.load),
-                Err((e, load)) => {
-                    let e = e.into_storage(WHAT);
-                    fail(load.others, &e);
-                    return Err(e);
-                }
-            }
+    let first = match &sql.first {
+        First::Renewals(first) => {
+            renewals::renew(&mut seat.connection, first, sql.clock, load).await
         }
-        None => (None, load),
+        First::Kept(first) => kept::keep(&mut seat.connection, first, sql.clock, load).await,
     };
-    if let Some(row) = renewed {
-        // Renewed: the others it left still get their call, whose failure is theirs.
+    let (answered, load) = match first {
+        Ok(left) => (left.own, left.load),
+        Err((e, load)) => {
+            let e = e.into_storage(WHAT);
+            fail(load.others, &e);
+            return Err(e);
+        }
+    };
+    if let Some(row) = answered {
+        // Answered: the others it left still get their call, whose failure is theirs.
         if !load.others.is_empty() {
             let _ = carry_others(seat, sql, None, load.others).await;
         }
@@ -888,19 +925,20 @@ async fn carried_call<D: Driver>(
         .await
 }
 
-/// `requests` (holders' renewals, with exactly these sightings) carried together in one call
-/// as a renewal that got a connection carries the others that wait, with `at` standing in for
-/// the database clock: the renewal statement for many, then `request_leases_v1` for those it
-/// left, then (as each would go on its own) `request_lease_v4` for any left undecided. The
-/// answers in order; nothing is recorded. For the property test (`tests/carried.rs`), which
-/// passes `renewals` in place of the renewal statement for many in a negative control.
+/// `requests` (holders' renewals if `held`, else standbys' requests, with exactly these
+/// sightings) carried together in one call as a request that got a connection carries the
+/// others of its kind that wait, with `at` standing in for the database clock: the statement
+/// for those it can answer together ([`First`]), then `request_leases_v1` for those it left,
+/// then (as each would go on its own) `request_lease_v4` or `_v5` for any left undecided. The
+/// answers in order; nothing is recorded. For the property tests (`tests/carried.rs`), which
+/// pass `first` in place of the first statement in negative controls.
 #[cfg(feature = "testing")]
-pub(crate) async fn request_carried_renewals_at<D: Driver>(
+pub(crate) async fn request_carried_at<D: Driver>(
     link: &Arc<Link<D>>,
     statements: &LeaseStatements,
-    requests: &[(LeaseRequest, Option<Sighting>)],
+    (requests, held): (&[(LeaseRequest, Option<Sighting>)], bool),
     at: tenure_ports::Timestamp,
-    renewals: Option<&Sql>,
+    first: Option<&Sql>,
 ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
     let at = at.as_micros();
     let (mut carried, mut names) = (Vec::new(), Vec::new());
@@ -913,7 +951,7 @@ pub(crate) async fn request_carried_renewals_at<D: Driver>(
             priority: request.priority,
             ttl_micros: ttl_micros(ttl)?,
             seen: sighting_params(sighting.as_ref()),
-            held: true,
+            held,
         });
     }
     let mut carried = carried.into_iter();
@@ -930,9 +968,12 @@ pub(crate) async fn request_carried_renewals_at<D: Driver>(
         connection: link.checkout(WHAT).await?,
         turn: None,
     };
-    let mut sql = CarrySql::new(statements, true, Some(at));
-    if let Some(renewals) = renewals {
-        sql.renewals = Some(Sql::clone(renewals));
+    let mut sql = CarrySql::new(statements, held, Some(at));
+    if let Some(first) = first {
+        sql.first = match sql.first {
+            First::Renewals(_) => First::Renewals(Sql::clone(first)),
+            First::Kept(_) => First::Kept(Sql::clone(first)),
+        };
     }
     let mut rows = vec![carry(&mut seat, &sql, Load { own, others }).await?];
     for (request, mut told) in answers {

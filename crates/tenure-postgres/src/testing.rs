@@ -109,7 +109,7 @@ impl PostgresEventStorage {
         now: Timestamp,
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
         on_adapter!(self.engine(), a => {
-            lease::request_carried_renewals_at(&a.link, &a.leases, requests, now, None).await
+            lease::request_carried_at(&a.link, &a.leases, (requests, true), now, None).await
         })
     }
 
@@ -123,7 +123,7 @@ impl PostgresEventStorage {
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
         let statement: crate::connection::Sql = statement.into();
         on_adapter!(self.engine(), a => {
-            lease::request_carried_renewals_at(&a.link, &a.leases, requests, now, Some(&statement))
+            lease::request_carried_at(&a.link, &a.leases, (requests, true), now, Some(&statement))
                 .await
         })
     }
@@ -133,6 +133,44 @@ impl PostgresEventStorage {
     /// clock as its fifth parameter (µs since the Unix epoch).
     pub fn renewals_statement_at(&self) -> String {
         on_adapter!(self.engine(), a => a.leases.renewals(Some(0)).to_string())
+    }
+
+    /// Standbys' requests (callers that did not hold the lease at their last answer), each with
+    /// exactly its sighting, carried together in one call as a standby's request that got a
+    /// turn and a connection carries those that wait, with `now` standing in for the database
+    /// clock: the kept standbys' read (one `SELECT` that answers every sighted request whose
+    /// registration is fresh), then `request_leases_v1` for the requests it left, then
+    /// `request_lease_v5` for any left undecided. The answers, in order; nothing is recorded.
+    pub async fn request_leases_standing_by_at(
+        &self,
+        requests: &[(LeaseRequest, Option<Sighting>)],
+        now: Timestamp,
+    ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+        on_adapter!(self.engine(), a => {
+            lease::request_carried_at(&a.link, &a.leases, (requests, false), now, None).await
+        })
+    }
+
+    /// [`request_leases_standing_by_at`](Self::request_leases_standing_by_at) with `statement`
+    /// in place of the kept standbys' read (same parameters), for a negative control.
+    pub async fn request_leases_standing_by_with_at(
+        &self,
+        requests: &[(LeaseRequest, Option<Sighting>)],
+        now: Timestamp,
+        statement: &str,
+    ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+        let statement: crate::connection::Sql = statement.into();
+        on_adapter!(self.engine(), a => {
+            lease::request_carried_at(&a.link, &a.leases, (requests, false), now, Some(&statement))
+                .await
+        })
+    }
+
+    /// The text of the kept standbys' read, as
+    /// [`request_leases_standing_by_at`](Self::request_leases_standing_by_at) sends it: with
+    /// the clock as its fifth parameter (µs since the Unix epoch).
+    pub fn kept_statement_at(&self) -> String {
+        on_adapter!(self.engine(), a => a.leases.kept(Some(0)).to_string())
     }
 
     /// One lease request as `version` makes it, with `now` standing in for the database clock.

@@ -13,6 +13,12 @@
 //! The check must be able to fail: its negative control installs a `request_leases_v1` that
 //! decides the requests in the opposite order (answering each in its place) and requires the
 //! check to notice.
+//!
+//! The adapter carries the requests that wait for a connection this way, and first sends one
+//! statement for those it can answer together: for renewals, the renewal statement for many;
+//! for standbys' requests, the kept standbys' read. Both are held to v4 or v5 in turn the same
+//! way (`play_together`), through the adapter's own carrying code, each with negative controls
+//! that edit one condition of the statement.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -317,21 +323,157 @@ struct Reached {
     transitions: BTreeSet<String>,
     challenged_renewals: usize,
     at_expiry: usize,
+    /// Standbys' requests whose registration was fresh, with their priority and ttl, on a
+    /// live lease held by another: those the kept standbys' read answers.
+    kept: usize,
+    /// Steps whose clock landed exactly where a registration stops being fresh.
+    at_half_ttl: usize,
 }
 
-/// Plays `steps` random steps from `seed`: on `together`'s storage, each step's renewals
-/// (one to eight holders' requests, mostly by the stored holder, with its sighting or none)
-/// carried together as the adapter carries waiting renewals
-/// (`request_leases_renewing_at`, or `…_with_at` with `statement` in place of the renewal
-/// statement for many); on `alone`'s, `request_lease_v4` for each in turn; at the same
-/// clock, which now and then lands exactly on a lease's expiry. Standbys' requests and
-/// releases are mixed in, the same on both. The first difference, if any.
-async fn play_renewals(
+/// What the steps carry together: holders' renewals (the renewal statement for many first)
+/// or standbys' requests (the kept standbys' read first).
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Renewals,
+    Standbys,
+}
+
+/// `lease`'s registrations on `prefix`: owner, priority, ttl in µs, last seen (µs since the
+/// Unix epoch).
+async fn registrations(
+    client: &tokio_postgres::Client,
+    prefix: &str,
+) -> Vec<(String, String, i64, i64, i64)> {
+    client
+        .query(
+            &format!(
+                "SELECT lease_name, owner, priority, ttl_micros, \
+                        (extract(epoch FROM last_seen) * 1000000)::bigint \
+                   FROM {prefix}lease_contenders ORDER BY 1, 2"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+/// One step's renewals: one to eight holders' requests, mostly by the stored holder, with its
+/// sighting or none.
+async fn renewals_of_step(
+    rng: &mut XorShift,
+    client: &tokio_postgres::Client,
+    alone: &str,
+    now: Timestamp,
+) -> Vec<(LeaseRequest, Option<Sighting>)> {
+    let mut requests = Vec::new();
+    for _ in 0..=rng.below(8) {
+        let lease = pick(rng, &LEASES);
+        let owner = match holder(client, alone, lease).await {
+            Some((owner, _)) if rng.below(4) != 0 => owner,
+            _ => pick(rng, &OWNERS).to_owned(),
+        };
+        let request = LeaseRequest::new(
+            lease,
+            owner,
+            rng.below(4) as i64,
+            Duration::from_secs([1, 3][rng.below(2) as usize]),
+        );
+        let sighting = if rng.below(2) == 0 {
+            implied_sighting(client, alone, lease, now).await
+        } else {
+            None
+        };
+        requests.push((request, sighting));
+    }
+    requests
+}
+
+/// One step's standbys' requests: on each lease picked, either its stored holder's request
+/// alone (a renewal that the read must leave), or one to three other owners', each with its
+/// usual priority and ttl mostly (so that registrations are kept), with a sighting mostly. No
+/// owner asks twice for one lease, and a holder's renewal is its lease's only request: then
+/// the requests of one lease that the read answers could not have been answered otherwise
+/// after those it leaves (standbys write only their own registrations), and the calls in turn
+/// in the steps' order decide what the read and `request_leases_v1` decide.
+async fn standbys_of_step(
+    rng: &mut XorShift,
+    client: &tokio_postgres::Client,
+    alone: &str,
+    now: Timestamp,
+) -> Vec<(LeaseRequest, Option<Sighting>)> {
+    let mut requests = Vec::new();
+    for lease in LEASES {
+        if rng.below(3) == 0 {
+            continue;
+        }
+        let stored = holder(client, alone, lease).await.map(|(owner, _)| owner);
+        let owners: Vec<&str> = match &stored {
+            Some(owner) if rng.below(6) == 0 => vec![owner.as_str()],
+            _ => OWNERS
+                .iter()
+                .copied()
+                .filter(|o| Some(*o) != stored.as_deref() && rng.below(2) == 0)
+                .collect(),
+        };
+        for owner in owners {
+            let usual = OWNERS.iter().position(|o| *o == owner).unwrap_or(0) as i64 % 3;
+            let (priority, ttl) = if rng.below(5) == 0 {
+                (rng.below(4) as i64, [1, 3][rng.below(2) as usize])
+            } else {
+                (usual, 3)
+            };
+            let request = LeaseRequest::new(lease, owner, priority, Duration::from_secs(ttl));
+            let sighting = if rng.below(4) != 0 {
+                implied_sighting(client, alone, lease, now).await
+            } else {
+                None
+            };
+            requests.push((request, sighting));
+        }
+    }
+    requests
+}
+
+/// Whether `request` would be answered from its kept registration at `now` on `prefix`:
+/// sighted, the lease live and held by another, its registration with its priority and ttl
+/// younger than half its ttl.
+async fn kept_at(
+    client: &tokio_postgres::Client,
+    prefix: &str,
+    (request, sighting): &(LeaseRequest, Option<Sighting>),
+    now: Timestamp,
+) -> bool {
+    let live_other = matches!(
+        holder(client, prefix, &request.lease_name).await,
+        Some((owner, expiry)) if owner != request.owner.as_str() && now.as_micros() < expiry
+    );
+    let fresh = registrations(client, prefix).await.iter().any(|r| {
+        r.0 == request.lease_name.as_str()
+            && r.1 == request.owner.as_str()
+            && r.2 == request.priority
+            && Some(r.3) == i64::try_from(request.ttl.as_micros()).ok()
+            && r.4 <= now.as_micros()
+            && 2 * (now.as_micros() - r.4) < r.3
+    });
+    sighting.is_some() && live_other && fresh
+}
+
+/// Plays `steps` random steps from `seed`: on `together`'s storage, each step's requests of
+/// `kind` ([`renewals_of_step`], [`standbys_of_step`]) carried together as the adapter
+/// carries the requests of one kind that wait (`request_leases_renewing_at` or
+/// `request_leases_standing_by_at`, or `…_with_at` with `statement` in place of the statement
+/// sent first); on `alone`'s, `request_lease_v4` (renewals) or `_v5` (standbys) for each in
+/// turn; at the same clock, which now and then lands exactly on a lease's expiry (or, for
+/// standbys, where a registration stops being fresh). Standbys' requests and releases are
+/// mixed in, the same on both. The first difference, if any.
+async fn play_together(
     client: &tokio_postgres::Client,
     together: &(PostgresEventStorage, PrefixGuard),
     alone: &(PostgresEventStorage, PrefixGuard),
-    seed: u64,
-    steps: usize,
+    (kind, seed, steps): (Kind, u64, usize),
     statement: Option<&str>,
 ) -> Result<Reached, String> {
     let mut rng = XorShift(seed);
@@ -348,6 +490,17 @@ async fn play_renewals(
             {
                 now = Timestamp::from_micros(expiry);
                 reached.at_expiry += 1;
+            }
+        } else if matches!(kind, Kind::Standbys) && rng.below(3) == 0 {
+            // Exactly where a registration stops being fresh, if one is ahead.
+            let all = registrations(client, alone.1.prefix()).await;
+            if !all.is_empty() {
+                let r = &all[rng.below(all.len() as u64) as usize];
+                let half = r.4 + r.3 / 2;
+                if r.3 % 2 == 0 && half >= now.as_micros() {
+                    now = Timestamp::from_micros(half);
+                    reached.at_half_ttl += 1;
+                }
             }
         }
         if rng.below(8) == 0 {
@@ -370,42 +523,56 @@ async fn play_renewals(
                     .unwrap();
             }
         }
-        let mut requests = Vec::new();
-        for _ in 0..=rng.below(8) {
-            let lease = pick(&mut rng, &LEASES);
-            let owner = match holder(client, alone.1.prefix(), lease).await {
-                Some((owner, _)) if rng.below(4) != 0 => owner,
-                _ => pick(&mut rng, &OWNERS).to_owned(),
-            };
-            let request = LeaseRequest::new(
-                lease,
-                owner,
-                rng.below(4) as i64,
-                Duration::from_secs([1, 3][rng.below(2) as usize]),
-            );
-            let sighting = if rng.below(2) == 0 {
-                implied_sighting(client, alone.1.prefix(), lease, now).await
-            } else {
-                None
-            };
-            requests.push((request, sighting));
+        let requests = match kind {
+            Kind::Renewals => renewals_of_step(&mut rng, client, alone.1.prefix(), now).await,
+            Kind::Standbys => standbys_of_step(&mut rng, client, alone.1.prefix(), now).await,
+        };
+        if requests.is_empty() {
+            continue;
         }
-        let ours = match statement {
-            None => together.0.request_leases_renewing_at(&requests, now).await,
-            Some(statement) => {
+        for request in &requests {
+            if kept_at(client, alone.1.prefix(), request, now).await {
+                reached.kept += 1;
+            }
+        }
+        let ours = match (kind, statement) {
+            (Kind::Renewals, None) => together.0.request_leases_renewing_at(&requests, now).await,
+            (Kind::Renewals, Some(statement)) => {
                 together
                     .0
                     .request_leases_renewing_with_at(&requests, now, statement)
+                    .await
+            }
+            (Kind::Standbys, None) => {
+                together
+                    .0
+                    .request_leases_standing_by_at(&requests, now)
+                    .await
+            }
+            (Kind::Standbys, Some(statement)) => {
+                together
+                    .0
+                    .request_leases_standing_by_with_at(&requests, now, statement)
                     .await
             }
         };
         let mut theirs = Vec::new();
         for (request, sighting) in &requests {
             let challenged = !unregistered(client, alone.1.prefix(), &request.lease_name).await;
-            let answer = alone
-                .0
-                .request_lease_sighted_at(request, now, *sighting)
-                .await;
+            let answer = match kind {
+                Kind::Renewals => {
+                    alone
+                        .0
+                        .request_lease_sighted_at(request, now, *sighting)
+                        .await
+                }
+                Kind::Standbys => {
+                    alone
+                        .0
+                        .request_lease_unheld_sighted_at(request, now, *sighting)
+                        .await
+                }
+            };
             if let Ok((transition, _)) = &answer {
                 let transition = format!("{transition:?}");
                 if challenged && transition == "Renewed" {
@@ -449,33 +616,37 @@ async fn unregistered(client: &tokio_postgres::Client, prefix: &str, lease: &str
         .get(0)
 }
 
-/// Renewals carried together on `driver`'s storage against `request_lease_v4` in turn, from
-/// `seed`, with `statement` in place of the renewal statement for many.
-async fn renewals_against_v4(
+/// Requests of `kind` carried together on `driver`'s storage against `request_lease_v4` or
+/// `_v5` in turn, from `seed`, with `statement` in place of the statement sent first.
+async fn against_in_turn(
     driver: PostgresDriver,
-    seed: u64,
-    steps: usize,
+    (kind, seed, steps): (Kind, u64, usize),
     statement: impl Fn(&str) -> Option<String>,
 ) -> Result<Reached, String> {
     let client = tenure_pg_test::connect(&server().url).await.unwrap();
     let together = support::fresh_storage(driver).await;
     let alone = support::fresh_storage(driver).await;
-    let statement = statement(&together.0.renewals_statement_at());
-    play_renewals(
+    let first = match kind {
+        Kind::Renewals => together.0.renewals_statement_at(),
+        Kind::Standbys => together.0.kept_statement_at(),
+    };
+    let statement = statement(&first);
+    play_together(
         &client,
         &together,
         &alone,
-        seed,
-        steps,
+        (kind, seed, steps),
         statement.as_deref(),
     )
     .await
 }
 
 async fn carried_renewals_are_decided_as_calls_in_turn(driver: PostgresDriver) {
-    let reached = renewals_against_v4(driver, 0x9e37_79b9_7f4a_7c15, 300, |_| None)
-        .await
-        .unwrap();
+    let reached = against_in_turn(driver, (Kind::Renewals, 0x9e37_79b9_7f4a_7c15, 300), |_| {
+        None
+    })
+    .await
+    .unwrap();
     // The steps reach every kind of decision, renewals of challenged leases, and expiries.
     assert_eq!(
         reached
@@ -502,10 +673,15 @@ async fn carried_renewals_are_decided_as_calls_in_turn_on_sqlx() {
 
 /// The renewal statement for many, with `shipped` replaced by `broken`, must be caught.
 async fn caught_renewals(shipped: &str, broken: &str, what: &str) {
-    let caught = renewals_against_v4(
+    caught(Kind::Renewals, shipped, broken, what).await;
+}
+
+/// The statement sent first for requests of `kind`, with `shipped` replaced by `broken`, must
+/// be caught.
+async fn caught(kind: Kind, shipped: &str, broken: &str, what: &str) {
+    let caught = against_in_turn(
         PostgresDriver::Deadpool,
-        0x2545_f491_4f6c_dd1d,
-        300,
+        (kind, 0x2545_f491_4f6c_dd1d, 300),
         |sql| {
             assert_eq!(
                 sql.matches(shipped).count(),
@@ -535,6 +711,71 @@ async fn the_check_catches_carried_renewals_that_miss_a_challenger() {
         "l.contender_priority_bound <= r.priority",
         "l.contender_priority_bound <= r.priority + 1",
         "a renewal that misses a challenger",
+    )
+    .await;
+}
+
+async fn carried_standbys_are_decided_as_calls_in_turn(driver: PostgresDriver) {
+    let reached = against_in_turn(driver, (Kind::Standbys, 0x9e37_79b9_7f4a_7c15, 300), |_| {
+        None
+    })
+    .await
+    .unwrap();
+    // The steps reach every kind of decision, kept registrations, and the edges of expiry and
+    // of freshness.
+    assert_eq!(
+        reached
+            .transitions
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        ["Created", "Reacquired", "Renewed", "Standby", "TakenOver"],
+        "{reached:?}"
+    );
+    assert!(reached.kept >= 50, "{reached:?}");
+    assert!(reached.at_expiry >= 10, "{reached:?}");
+    assert!(reached.at_half_ttl >= 10, "{reached:?}");
+}
+
+#[tokio::test]
+async fn carried_standbys_are_decided_as_calls_in_turn_on_deadpool() {
+    carried_standbys_are_decided_as_calls_in_turn(PostgresDriver::Deadpool).await;
+}
+
+#[tokio::test]
+async fn carried_standbys_are_decided_as_calls_in_turn_on_sqlx() {
+    carried_standbys_are_decided_as_calls_in_turn(PostgresDriver::Sqlx09).await;
+}
+
+#[tokio::test]
+async fn the_check_catches_kept_standbys_at_expiry() {
+    caught(
+        Kind::Standbys,
+        "c.now < l.heartbeat_at",
+        "c.now <= l.heartbeat_at",
+        "a standby kept past its lease's expiry",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_check_catches_kept_standbys_at_half_their_ttl() {
+    caught(
+        Kind::Standbys,
+        "2 * (c.now - k.last_seen) <",
+        "2 * (c.now - k.last_seen) <=",
+        "a registration kept at half its ttl",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_check_catches_kept_standbys_with_another_priority() {
+    caught(
+        Kind::Standbys,
+        "k.priority = u.priority",
+        "k.priority >= u.priority",
+        "a registration kept with another priority",
     )
     .await;
 }

@@ -515,12 +515,13 @@ type Answer =
 /// A pool of two (one turn in the standbys' lane), the turn held by a newcomer's request of
 /// lease "x" that waits on its lock (held elsewhere), and the holder `h` of each lease of
 /// `leases`; then a standby's request of each of `leases` (owner `s`), all waiting in the lane,
-/// with the lock of lease `busy` (if any) held elsewhere before they came.
+/// with the lock of lease `busy` (if any) held elsewhere before they came. With `registered`,
+/// each standby asked once before (so it is registered, and sighted the lease).
 async fn standbys_waiting(
     database: &TempDatabase,
     driver: PostgresDriver,
     leases: &[&'static str],
-    busy: Option<&str>,
+    (busy, registered): (Option<&str>, bool),
 ) -> (
     PostgresEventStorage,
     tokio_postgres::Client,
@@ -537,6 +538,13 @@ async fn standbys_waiting(
             storage.request_lease(&held).await.unwrap().status,
             LeaseStatus::Leader
         );
+        if registered {
+            let standby = LeaseRequest::new(*lease, "s", 0, ttl);
+            assert_eq!(
+                storage.request_lease(&standby).await.unwrap().status,
+                LeaseStatus::Standby
+            );
+        }
     }
     let busy = match busy {
         Some(lease) => Some(holding_lock(database, lease).await),
@@ -564,7 +572,7 @@ async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDr
     let database = counting_calls().await;
     let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
     let (storage, x, _, first, standbys) =
-        standbys_waiting(&database, driver, &leases, None).await;
+        standbys_waiting(&database, driver, &leases, (None, false)).await;
     x.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
     for (standby, lease) in standbys.into_iter().zip(leases) {
@@ -583,13 +591,39 @@ async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDr
 
 on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_standbys_waiting_in_the_lane_are_answered_by_one_read(driver: PostgresDriver) {
+    // The ten standbys asked once before: registered, and fresh. When the turn comes free, the
+    // request it goes to carries the nine others, and the kept standbys' read answers all ten
+    // as v5 would: no function is called for them.
+    let database = counting_calls().await;
+    let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
+    let (storage, x, _, first, standbys) =
+        standbys_waiting(&database, driver, &leases, (None, true)).await;
+    x.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
+    for (standby, lease) in standbys.into_iter().zip(leases) {
+        let answer = standby.await.unwrap().unwrap();
+        assert_eq!(answer.status, LeaseStatus::Standby, "{lease}");
+        assert_eq!(answer.lease.lease_name.as_str(), lease);
+        assert_eq!(answer.lease.owner.as_str(), "h", "{lease}");
+    }
+    storage.close().await.unwrap();
+    drop(x);
+    assert_eq!(calls_of(&database, "request_leases_v1").await, 0);
+    // Ten holders' first calls, the ten standbys' first calls and x's; none for the kept.
+    assert_eq!(calls_of(&database, "request_lease_v5").await, 21);
+}
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carried_request_whose_lease_is_busy_goes_on_its_own(driver: PostgresDriver) {
     // Lease l2's lock is held elsewhere: the call that carries the waiting requests answers
     // the others at once, and l2's request waits for the lock on its own.
     let database = TempDatabase::create(&server().url).await.unwrap();
     let leases = ["l0", "l1", "l2", "l3", "l4"];
     let (storage, x, busy, first, mut standbys) =
-        standbys_waiting(&database, driver, &leases, Some("l2")).await;
+        standbys_waiting(&database, driver, &leases, (Some("l2"), false)).await;
     let busy = busy.unwrap();
     x.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);

@@ -21,11 +21,11 @@
 //! the whole is decided as the same requests in turn would be, the renewed ones first
 //! (`tests/carried.rs`).
 
-use crate::connection::{Checkout, Driver, Param};
-use crate::decode;
+use crate::connection::{Checkout, Driver, Sql};
 use crate::error::Failure;
 
-use super::carpool::{Carried, Load, Outcome};
+use super::carpool::Load;
+use super::together::{self, Left, requests};
 
 /// The holders' renewals of many leases, in one `UPDATE`. Parameters: the lease names, owners,
 /// priorities and ttls in µs as four arrays (and, in tests, the clock as `$5`); `now` is the
@@ -79,131 +79,23 @@ fn alone_in_load<R>(load: &Load<R>) -> Vec<usize> {
     once
 }
 
-/// `load`'s requests, its own first.
-fn requests<R>(load: &Load<R>) -> impl Iterator<Item = &Carried> {
-    std::iter::once(&load.own).chain(load.others.iter().map(|(r, _)| r))
-}
-
-/// What the statement left to decide.
-pub(super) struct Left<R> {
-    /// The own request's answer, if it was renewed.
-    pub(super) own: Option<R>,
-    /// The requests it did not renew, the own one among them unless renewed.
-    pub(super) load: Load<R>,
-}
-
 /// Sends the renewal statement `sql` (with `clock`, in tests) for the requests of `load` that
-/// it may renew, tells each renewed carried request its answer, and gives back what is left.
-/// A statement refused as a whole (in autocommit: nothing written) leaves everything; a call
-/// whose outcome is unknown fails every request, as the carrying call's failure does.
+/// it may renew ([`alone_in_load`]), tells each renewed carried request its answer, and gives
+/// back what is left ([`together::answer`]).
 pub(super) async fn renew<D: Driver>(
     connection: &mut Checkout<'_, D>,
-    sql: &crate::connection::Sql,
+    sql: &Sql,
     clock: Option<i64>,
     load: Load<D::Row>,
 ) -> Result<Left<D::Row>, (Failure, Load<D::Row>)> {
     let sent = alone_in_load(&load);
-    if sent.is_empty() {
-        return Ok(Left { own: None, load });
-    }
-    let all: Vec<&Carried> = requests(&load).collect();
-    let picked = || sent.iter().map(|&i| all[i]);
-    let names: Vec<&str> = picked().map(|r| r.lease_name.as_str()).collect();
-    let owners: Vec<&str> = picked().map(|r| r.owner.as_str()).collect();
-    let priorities: Vec<i64> = picked().map(|r| r.priority).collect();
-    let ttls: Vec<i64> = picked().map(|r| r.ttl_micros).collect();
-    let params = [
-        Param::TextRefs(&names),
-        Param::TextRefs(&owners),
-        Param::Int8s(&priorities),
-        Param::Int8s(&ttls),
-        Param::Int8(clock.unwrap_or_default()),
-    ];
-    let params = &params[..4 + usize::from(clock.is_some())];
-    let rows = match connection.query(sql, params).await {
-        Ok(rows) => rows,
-        Err(e @ Failure::Server { .. }) if !e.connection_broken() => {
-            tracing::debug!(target: "tenure_postgres", error = ?e.server_message(), "renewals refused together; request_leases_v1 decides them");
-            return Ok(Left { own: None, load });
-        }
-        Err(e) => return Err((e, load)),
-    };
-    // Each row's place in `load`, checked before anyone is told: a row that cannot be placed
-    // is a renewal whose request is unknown.
-    let mut renewed = Vec::with_capacity(rows.len());
-    for row in rows {
-        let place = decode::get::<i64>(&row, 1, "renew_leases' place")
-            .ok()
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| i.checked_sub(1))
-            .and_then(|i| sent.get(i).copied());
-        match place {
-            Some(place) if !renewed.iter().any(|&(p, _)| p == place) => {
-                renewed.push((place, row));
-            }
-            _ => {
-                let why = "renew_leases answered a row that no request it was sent matches";
-                return Err((Failure::Driver(why.into()), load));
-            }
-        }
-    }
-    Ok(split(load, renewed))
-}
-
-/// Tells the carried requests among `renewed` (places in `load`, and their answers) their
-/// answers, and gives back the rest.
-fn split<R>(load: Load<R>, mut renewed: Vec<(usize, R)>) -> Left<R> {
-    renewed.sort_unstable_by_key(|&(place, _)| place);
-    let mut renewed = renewed.into_iter().peekable();
-    let own = renewed
-        .next_if(|&(place, _)| place == 0)
-        .map(|(_, row)| row);
-    let mut others = Vec::with_capacity(load.others.len());
-    for (place, passenger) in (1..).zip(load.others) {
-        match renewed.next_if(|&(p, _)| p == place) {
-            Some((_, row)) => {
-                let _ = passenger.1.send(Outcome::Answered(row));
-            }
-            None => others.push(passenger),
-        }
-    }
-    Left {
-        own,
-        load: Load {
-            own: load.own,
-            others,
-        },
-    }
+    together::answer(connection, (sql, "renew_leases"), clock, load, sent).await
 }
 
 #[cfg(test)]
 mod tests {
-    use tokio::sync::oneshot;
-
+    use super::super::together::load_of;
     use super::*;
-
-    fn request(lease_name: &str) -> Carried {
-        Carried {
-            lease_name: lease_name.to_owned(),
-            owner: "owner".to_owned(),
-            priority: 0,
-            ttl_micros: 3_000_000,
-            seen: [0; 3],
-            held: true,
-        }
-    }
-
-    fn load_of(names: &[&str]) -> (Load<u32>, Vec<oneshot::Receiver<Outcome<u32>>>) {
-        let (others, answers) = names[1..]
-            .iter()
-            .map(|name| {
-                let (tx, rx) = oneshot::channel();
-                ((request(name), tx), rx)
-            })
-            .unzip();
-        let own = request(names[0]);
-        (Load { own, others }, answers)
-    }
 
     #[test]
     fn only_leases_that_appear_once_are_sent() {
@@ -211,22 +103,5 @@ mod tests {
         assert_eq!(alone_in_load(&load), [1, 4]);
         let (load, _answers) = load_of(&["a"]);
         assert_eq!(alone_in_load(&load), [0]);
-    }
-
-    #[test]
-    fn the_renewed_are_told_and_the_rest_keep_their_order() {
-        let (load, mut answers) = load_of(&["a", "b", "c", "d"]);
-        let left = split(load, vec![(3, 30), (0, 0), (1, 10)]);
-        assert_eq!(left.own, Some(0));
-        let names: Vec<_> = left
-            .load
-            .others
-            .iter()
-            .map(|(r, _)| &*r.lease_name)
-            .collect();
-        assert_eq!(names, ["c"]);
-        assert!(matches!(answers[0].try_recv(), Ok(Outcome::Answered(10))));
-        assert!(answers[1].try_recv().is_err(), "c is left, not told");
-        assert!(matches!(answers[2].try_recv(), Ok(Outcome::Answered(30))));
     }
 }
