@@ -108,9 +108,8 @@ impl PostgresEventStorage {
         requests: &[(LeaseRequest, Option<Sighting>)],
         now: Timestamp,
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
-        on_adapter!(self.engine(), a => {
-            lease::request_carried_at(&a.link, &a.leases, (requests, true), now, None).await
-        })
+        self.request_leases_carried_at((requests, true), now, None)
+            .await
     }
 
     /// [`request_leases_renewing_at`](Self::request_leases_renewing_at) with `statement` in
@@ -121,11 +120,8 @@ impl PostgresEventStorage {
         now: Timestamp,
         statement: &str,
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
-        let statement: crate::connection::Sql = statement.into();
-        on_adapter!(self.engine(), a => {
-            lease::request_carried_at(&a.link, &a.leases, (requests, true), now, Some(&statement))
-                .await
-        })
+        self.request_leases_carried_at((requests, true), now, Some(statement))
+            .await
     }
 
     /// The text of the renewal statement for many, as
@@ -146,9 +142,8 @@ impl PostgresEventStorage {
         requests: &[(LeaseRequest, Option<Sighting>)],
         now: Timestamp,
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
-        on_adapter!(self.engine(), a => {
-            lease::request_carried_at(&a.link, &a.leases, (requests, false), now, None).await
-        })
+        self.request_leases_carried_at((requests, false), now, None)
+            .await
     }
 
     /// [`request_leases_standing_by_at`](Self::request_leases_standing_by_at) with `statement`
@@ -159,9 +154,21 @@ impl PostgresEventStorage {
         now: Timestamp,
         statement: &str,
     ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
-        let statement: crate::connection::Sql = statement.into();
+        self.request_leases_carried_at((requests, false), now, Some(statement))
+            .await
+    }
+
+    /// Requests carried together, holders' renewals if `held` (else standbys' requests), with
+    /// `statement` (if any) in place of the statement sent first.
+    async fn request_leases_carried_at(
+        &self,
+        (requests, held): (&[(LeaseRequest, Option<Sighting>)], bool),
+        now: Timestamp,
+        statement: Option<&str>,
+    ) -> Result<Vec<(Transition, LeaseResponse)>, EventStorageError> {
+        let statement: Option<crate::connection::Sql> = statement.map(Into::into);
         on_adapter!(self.engine(), a => {
-            lease::request_carried_at(&a.link, &a.leases, (requests, false), now, Some(&statement))
+            lease::request_carried_at(&a.link, &a.leases, (requests, held), now, statement.as_ref())
                 .await
         })
     }

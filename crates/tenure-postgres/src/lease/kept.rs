@@ -23,12 +23,12 @@
 //! materialized subquery, once, after the snapshot was taken). Its answer is v5's for the
 //! state that snapshot shows at that clock reading, and it may be placed, among the calls on
 //! that lease, right after the last one the snapshot shows: every call the snapshot shows
-//! committed before the clock was read, and a call it does not show committed after the
-//! statement started, so after this request was sent and before nothing it must follow. The
-//! state it answers from cannot have been decided against by such a later call with an
-//! earlier clock: the answer needs the record live at the reading, and the only decisions that
-//! replace a live holder are its own release (which takes no clock to be valid) and a takeover,
-//! which needs the record expired at its own reading. A standby told `standby` a moment
+//! committed before the clock was read, and every call it does not show committed after the
+//! statement started, so after this request was sent, and none of those must come before it.
+//! Nor can such a later call, with an earlier clock reading, have decided against the state it
+//! answers from: the answer needs the record live at its reading, and the only decisions that
+//! replace a live holder are its own release (valid at any clock) and a takeover, which needs
+//! the record expired at its own reading. A standby told `standby` a moment
 //! before a release it did not see is answered as it would have been one call earlier, as any
 //! request that crosses a release is. Leaving the lock out also means the read never waits on
 //! a lease whose decision is under way, and never makes a decision wait on it.
