@@ -274,12 +274,22 @@ async fn calls_that_all_time_out_open_no_more_sessions_than_the_pool_and_a_few(d
     // few more (startups that never became sessions); a pool that connects inside its callers'
     // futures made 7,121 attempts here (one per call) and served no call; the sqlx driver,
     // before it waited for connections in a task of its own, 1,585.
+    //
+    // Beyond those, one replacement for each connection closed because its abandoned
+    // statement stayed busy past the grace (`GRACE`; the sqlx driver cannot cancel it, and
+    // deadpool's drain closes one that a cancel or the connect timeout does not bring back):
+    // a host that stalls for longer than that while every connection has a statement in
+    // flight closes the pool at once. On a host with steal time (2026-12-07), 6 of 12,865
+    // calls' connections were so replaced on sqlx. So the bound is the pool and a few, plus
+    // one per thousand calls: what does not grow with the calls, three orders of magnitude
+    // below a session per call.
+    let stalls = i64::from(calls / 1000);
     assert!(
-        opened <= size as i64 + 3,
+        opened <= size as i64 + 3 + stalls,
         "{opened} sessions opened for a pool of {size} over {calls} calls ({timed_out} timed out)"
     );
     assert!(
-        attempts <= 10 * size,
+        attempts <= 10 * size + stalls as usize,
         "{attempts} connection attempts for a pool of {size} over {calls} calls \
          ({timed_out} timed out)"
     );
@@ -563,16 +573,14 @@ async fn standbys_waiting(
     (storage, x, busy, first, standbys)
 }
 
-on_each_driver! {
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDriver) {
-    // When the turn comes free, the request it goes to carries the nine others that wait:
-    // one call of request_leases_v1, counted by the server, and every request answered as on
-    // its own.
+/// Ten standbys' requests waiting in the lane (see [`standbys_waiting`], with `registered`),
+/// let go when the turn comes free: each answered as on its own (standing by for `h`). The
+/// server's counts of calls of `request_leases_v1` and of `request_lease_v5`.
+async fn ten_standbys_carried(driver: PostgresDriver, registered: bool) -> (i64, i64) {
     let database = counting_calls().await;
     let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
     let (storage, x, _, first, standbys) =
-        standbys_waiting(&database, driver, &leases, (None, false)).await;
+        standbys_waiting(&database, driver, &leases, (None, registered)).await;
     x.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
     for (standby, lease) in standbys.into_iter().zip(leases) {
@@ -583,35 +591,30 @@ async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDr
     }
     storage.close().await.unwrap();
     drop(x);
-    assert_eq!(calls_of(&database, "request_leases_v1").await, 1);
-    // Ten holders' first calls, x's, and the ten carried ones: each decided by v5 once.
-    assert_eq!(calls_of(&database, "request_lease_v5").await, 21);
+    (
+        calls_of(&database, "request_leases_v1").await,
+        calls_of(&database, "request_lease_v5").await,
+    )
+}
+
+on_each_driver! {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standbys_waiting_in_the_lane_are_carried_in_one_call(driver: PostgresDriver) {
+    // When the turn comes free, the request it goes to carries the nine others that wait:
+    // one call of request_leases_v1, counted by the server, and every request answered as on
+    // its own. Ten holders' first calls, x's, and the ten carried ones: each decided by v5 once.
+    assert_eq!(ten_standbys_carried(driver, false).await, (1, 21));
 }
 }
 
 on_each_driver! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_standbys_waiting_in_the_lane_are_answered_by_one_read(driver: PostgresDriver) {
-    // The ten standbys asked once before: registered, and fresh. When the turn comes free, the
-    // request it goes to carries the nine others, and the kept standbys' read answers all ten
-    // as v5 would: no function is called for them.
-    let database = counting_calls().await;
-    let leases = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9"];
-    let (storage, x, _, first, standbys) =
-        standbys_waiting(&database, driver, &leases, (None, true)).await;
-    x.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(first.await.unwrap().unwrap().status, LeaseStatus::Leader);
-    for (standby, lease) in standbys.into_iter().zip(leases) {
-        let answer = standby.await.unwrap().unwrap();
-        assert_eq!(answer.status, LeaseStatus::Standby, "{lease}");
-        assert_eq!(answer.lease.lease_name.as_str(), lease);
-        assert_eq!(answer.lease.owner.as_str(), "h", "{lease}");
-    }
-    storage.close().await.unwrap();
-    drop(x);
-    assert_eq!(calls_of(&database, "request_leases_v1").await, 0);
-    // Ten holders' first calls, the ten standbys' first calls and x's; none for the kept.
-    assert_eq!(calls_of(&database, "request_lease_v5").await, 21);
+    // The ten standbys asked once before: registered, and fresh. The request the turn goes to
+    // carries the nine others, and the kept standbys' read answers all ten as v5 would: no
+    // function is called for them (v5: the ten holders' first calls, the ten standbys' first
+    // calls, and x's).
+    assert_eq!(ten_standbys_carried(driver, true).await, (0, 21));
 }
 }
 
