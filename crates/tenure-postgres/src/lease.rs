@@ -1,9 +1,11 @@
 //! Leases: the SQL of each lease call, and the calls themselves, on any driver.
 //!
 //! The counterpart of `tenure_ports::lease`. Each call is one statement in autocommit (a
-//! holder's, at most two): a call of a function shipped in `migrations/`, which serializes the
-//! calls on one lease with a transaction-scoped advisory lock, reads the clock after the lock,
-//! decides, and writes (or the holder's renewal statement, which does the same). Every
+//! holder's, at most two; a call that carries others, at most three): a call of a function
+//! shipped in `migrations/`, which serializes the calls on one lease with a transaction-scoped
+//! advisory lock, reads the clock after the lock, decides, and writes (or the holder's renewal
+//! statement, which does the same; or, for carried standbys whose registration is fresh, a read
+//! that writes nothing and needs no lock, [`kept`]). Every
 //! statement is built once per storage from the validated prefix; every value travels as a
 //! bind parameter.
 //!
