@@ -392,7 +392,7 @@ async fn renewals_of_step(
 }
 
 /// One step's standbys' requests: on each lease picked, either its stored holder's request
-/// alone (a renewal that the read must leave), or one to three other owners', each with its
+/// alone (a renewal that the read must leave), or each other owner's at even odds, each with its
 /// usual priority and ttl mostly (so that registrations are kept), with a sighting mostly. No
 /// owner asks twice for one lease, and a holder's renewal is its lease's only request: then
 /// the requests of one lease that the read answers could not have been answered otherwise
