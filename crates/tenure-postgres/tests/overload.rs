@@ -765,3 +765,49 @@ async fn a_carrying_call_whose_caller_leaves_answers_those_it_carries(driver: Po
     assert_eq!(calls_of(&database, "request_lease_v4").await, 0);
 }
 }
+
+/// An application's deadpool pool, shared by eight callers renewing leases of their own (40
+/// calls each): the connections it opens stay in it. Until 2026-12-08 a
+/// checkout that opened a connection inside deadpool's `get` threw it away when its caller
+/// left meanwhile (its renewal carried by another's call): 602 sessions in one second on a
+/// pool of eight, enough to overflow the server's queue of connections being accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_s_deadpool_pool_keeps_the_connections_it_opens() {
+    let database = TempDatabase::create(&server().url).await.unwrap();
+    let pool = support::deadpool_pool(&database.url(), 8);
+    let storage = PostgresEventStorage::builder()
+        .pool(tenure_postgres::ApplicationPool::from(pool))
+        .prefix("t_")
+        .schema_mode(SchemaMode::Ensure)
+        .notifications(false)
+        .call_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let storage = Arc::new(storage);
+    let callers: Vec<_> = (0..8)
+        .map(|c| {
+            let storage = Arc::clone(&storage);
+            tokio::spawn(async move {
+                let request = LeaseRequest::new(format!("l{c}"), "a", 0, Duration::from_secs(30));
+                for _ in 0..40 {
+                    let answer = storage.request_lease(&request).await.unwrap();
+                    assert_eq!(answer.status, LeaseStatus::Leader);
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    storage.close().await.unwrap();
+    // The application's pool closes its connections when the last handle on it goes.
+    drop(storage);
+    let opened = sessions_opened(&database).await;
+    // The pool's size and a small constant, as for the pools the storage builds (the bound of
+    // `calls_that_all_time_out…` above); 188 before the change.
+    assert!(
+        (1..=8 + 2).contains(&opened),
+        "{opened} sessions for 320 calls on a pool of 8"
+    );
+}
