@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use support::{LOCK_KEY_SQL, admin, backends, blocked_on_lock_in, server, settled_backends};
+use support::{
+    LOCK_KEY_SQL, admin, backends, blocked_on_lock_in, deadpool_pool, server, settled_backends,
+};
 use tenure_pg_test::{TempDatabase, with_database};
 use tenure_ports::{EventStorage, LeaseRequest, LeaseStatus};
 use tenure_postgres::tenure_conninfo::ConnInfo;
@@ -767,14 +769,14 @@ async fn a_carrying_call_whose_caller_leaves_answers_those_it_carries(driver: Po
 }
 
 /// An application's deadpool pool, shared by eight callers renewing leases of their own (40
-/// calls each): the connections it opens stay in it. Until 2026-12-08 a
-/// checkout that opened a connection inside deadpool's `get` threw it away when its caller
-/// left meanwhile (its renewal carried by another's call): 602 sessions in one second on a
-/// pool of eight, enough to overflow the server's queue of connections being accepted.
+/// calls each): the connections it opens stay in it. Until 2026-12-08 a checkout that opened a
+/// connection inside deadpool's `get` threw it away when its caller left meanwhile (its renewal
+/// carried by another's call): 602 sessions in one second on a pool of eight, enough to
+/// overflow the server's queue of connections being accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_s_deadpool_pool_keeps_the_connections_it_opens() {
     let database = TempDatabase::create(&server().url).await.unwrap();
-    let pool = support::deadpool_pool(&database.url(), 8);
+    let pool = deadpool_pool(&database.url(), 8);
     let storage = PostgresEventStorage::builder()
         .pool(tenure_postgres::ApplicationPool::from(pool))
         .prefix("t_")
